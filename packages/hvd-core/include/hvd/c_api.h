@@ -1,0 +1,305 @@
+/*
+ * hvd/c_api.h - the whole public contract of libhvd_core.
+ *
+ * Plain C. Every binding (horovod.torch, horovod.tensorflow, ...) and every
+ * downstream native user talks to the engine only through the functions
+ * declared here. No C++, framework, MPI or CUDA type crosses this boundary;
+ * tensors cross as DLPack descriptors (hvd/dlpack.h).
+ *
+ * Versioning
+ *   HVD_API_MAJOR changes when an existing function, struct field or enum
+ *   value changes meaning or is removed: callers must be rebuilt.
+ *   HVD_API_MINOR changes when something is appended: a new function, a new
+ *   field at the end of an argument struct, a new enum value. A caller built
+ *   against any minor of the same major works with this library: the library
+ *   reads `struct_size` of every argument struct and treats fields beyond it
+ *   as absent (zero / default). Fields are only ever appended, never
+ *   reordered. See docs/abi_changelog.md for what each minor added.
+ *
+ * Errors
+ *   Functions that can fail return an `hvd_error*`: NULL on success, else an
+ *   error object the caller owns and must pass to hvd_error_destroy(). Its
+ *   code says what the caller must do next (see hvd_error_code); its message
+ *   names the tensor and the ranks at fault. No C++ exception ever leaves
+ *   this library.
+ *
+ * Threads
+ *   All functions are thread-safe. Completion callbacks run on the engine's
+ *   background thread of the process set: they must return quickly and must
+ *   not wait on other handles.
+ *
+ * Ownership is written on each field: "in" (caller keeps ownership),
+ * "out" (written by the library), "borrowed until completion" (the caller
+ * keeps the memory alive and unchanged until the handle completes).
+ */
+#ifndef HVD_C_API_H_
+#define HVD_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/dlpack.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HVD_API_MAJOR 1
+#define HVD_API_MINOR 0
+
+#if defined(_WIN32)
+#define HVD_EXPORT __declspec(dllexport)
+#else
+#define HVD_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Size of an argument struct up to and including `last_field`: what a caller
+ * stores in `struct_size`. The library checks at compile time that each
+ * HVD_*_STRUCT_SIZE below names the struct's last field. */
+#define HVD_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum hvd_error_code {
+  HVD_SUCCESS = 0,
+  /* Bad input on this rank (wrong dtype, non-contiguous tensor, bad root
+   * rank, bad process set): nothing was enqueued; fix the call. */
+  HVD_ERROR_INVALID_ARGUMENT = 1,
+  /* hvd_init() has not been called (or hvd_shutdown() has). */
+  HVD_ERROR_NOT_INITIALIZED = 2,
+  /* The ranks disagree about a collective (shape, dtype, op, root rank,
+   * scale factors, process set): every rank gets this error for that
+   * tensor. The engine stays usable; later collectives work. */
+  HVD_ERROR_PRECONDITION = 3,
+  /* A peer died, a link broke, the job was shut down or a stall exceeded
+   * HOROVOD_STALL_SHUTDOWN_TIME_SECONDS. Every pending and later collective
+   * fails with this code. Call hvd_shutdown() and then hvd_init() again to
+   * continue (elastic training). */
+  HVD_ERROR_INTERNAL = 4,
+  /* hvd_handle_wait() timed out; the operation is still in flight. */
+  HVD_ERROR_TIMEOUT = 5,
+  /* A tensor with this name is already in flight in this process set. */
+  HVD_ERROR_DUPLICATE_NAME = 6,
+  /* The engine does not support this dtype/op/device combination. */
+  HVD_ERROR_UNSUPPORTED = 7
+} hvd_error_code;
+
+typedef struct hvd_error hvd_error; /* opaque */
+
+HVD_EXPORT hvd_error_code hvd_error_get_code(const hvd_error* error);
+/* The message stays valid until hvd_error_destroy(error). Not NUL-free:
+ * use *length. A trailing NUL is present for convenience. */
+HVD_EXPORT const char* hvd_error_get_message(const hvd_error* error,
+                                             size_t* length /* out */);
+HVD_EXPORT void hvd_error_destroy(hvd_error* error);
+
+/* ------------------------------------------------------------------------ */
+/* Library identity                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* The API version the library was built with (not the header's). */
+HVD_EXPORT void hvd_get_api_version(int32_t* major /* out */,
+                                    int32_t* minor /* out */);
+/* The package version, e.g. "0.1.0". Static storage. */
+HVD_EXPORT const char* hvd_get_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Start-up and topology                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct hvd_init_args {
+  size_t struct_size; /* HVD_INIT_ARGS_STRUCT_SIZE */
+  /* Static process sets created at start-up, besides the global one (id 0).
+   * Their rank lists are concatenated in `process_set_ranks`; the i-th set
+   * has process_set_sizes[i] ranks. They get ids 1..num_process_sets in
+   * order. All three may be 0/NULL. in. */
+  const int32_t* process_set_ranks;
+  const int32_t* process_set_sizes;
+  size_t num_process_sets;
+} hvd_init_args;
+#define HVD_INIT_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_init_args, num_process_sets)
+
+/* Joins the job described by the environment (HOROVOD_RANK, HOROVOD_SIZE,
+ * ..., HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HOROVOD_SECRET_KEY; or the MPI
+ * launcher's rank variables). With none set, runs as rank 0 of 1.
+ * `args` may be NULL. Calling it when already initialized is a no-op. */
+HVD_EXPORT hvd_error* hvd_init(const hvd_init_args* args);
+/* Stops the background threads and releases all resources; pending
+ * operations fail with HVD_ERROR_INTERNAL. Idempotent. hvd_init() may be
+ * called again afterwards. */
+HVD_EXPORT hvd_error* hvd_shutdown(void);
+HVD_EXPORT int32_t hvd_is_initialized(void);
+
+typedef struct hvd_topology {
+  size_t struct_size; /* in: HVD_TOPOLOGY_STRUCT_SIZE */
+  int32_t rank;        /* out */
+  int32_t size;        /* out */
+  int32_t local_rank;  /* out */
+  int32_t local_size;  /* out */
+  int32_t cross_rank;  /* out */
+  int32_t cross_size;  /* out */
+  int32_t is_homogeneous; /* out: 1 when every host runs the same number of ranks */
+} hvd_topology;
+#define HVD_TOPOLOGY_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_topology, is_homogeneous)
+
+HVD_EXPORT hvd_error* hvd_get_topology(hvd_topology* topology /* in/out */);
+
+/* ------------------------------------------------------------------------ */
+/* Process sets                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Adds a process set. Collective over all ranks of the job: every rank calls
+ * it with the same ranks, in the same order of add/remove calls. Requires
+ * HOROVOD_DYNAMIC_PROCESS_SETS=1 (as Horovod). */
+HVD_EXPORT hvd_error* hvd_add_process_set(const int32_t* ranks, size_t num_ranks,
+                                          int32_t* process_set_id /* out */);
+/* Removes a process set (collective over all ranks). Id 0 cannot be removed. */
+HVD_EXPORT hvd_error* hvd_remove_process_set(int32_t process_set_id);
+
+typedef struct hvd_process_set_info {
+  size_t struct_size;  /* in: HVD_PROCESS_SET_INFO_STRUCT_SIZE */
+  int32_t process_set_id; /* in */
+  int32_t rank;        /* out: this process's rank within the set, -1 if not a member */
+  int32_t size;        /* out: number of ranks in the set */
+  int32_t* ranks;      /* in, optional: buffer receiving the member ranks */
+  size_t ranks_capacity; /* in: entries available in `ranks` */
+} hvd_process_set_info;
+#define HVD_PROCESS_SET_INFO_STRUCT_SIZE \
+  HVD_STRUCT_SIZE(hvd_process_set_info, ranks_capacity)
+
+HVD_EXPORT hvd_error* hvd_get_process_set_info(hvd_process_set_info* info /* in/out */);
+/* Ids of all current process sets, ascending. Writes at most `capacity`;
+ * *count receives the total. */
+HVD_EXPORT hvd_error* hvd_get_process_set_ids(int32_t* ids, size_t capacity,
+                                              size_t* count /* out */);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum hvd_collective {
+  HVD_ALLREDUCE = 0,
+  HVD_ALLGATHER = 1,     /* first dimension may differ across ranks */
+  HVD_BROADCAST = 2,
+  HVD_ALLTOALL = 3,      /* rows along the first dimension, per `splits` */
+  HVD_REDUCESCATTER = 4, /* first dimension split as evenly as possible, lower ranks get the extra rows */
+  HVD_BARRIER = 5,       /* no tensor */
+  HVD_JOIN = 6           /* no tensor; result: the last rank to join */
+} hvd_collective;
+
+/* Values equal Horovod's op constants. */
+typedef enum hvd_reduce_op {
+  HVD_OP_AVERAGE = 0,
+  HVD_OP_SUM = 1,
+  HVD_OP_ADASUM = 2,
+  HVD_OP_MIN = 3,
+  HVD_OP_MAX = 4,
+  HVD_OP_PRODUCT = 5
+} hvd_reduce_op;
+
+typedef struct hvd_handle hvd_handle; /* opaque */
+
+/* Caller-supplied output allocation, used for results whose shape is known
+ * only after negotiation (allgather, alltoall, reducescatter). Called on the
+ * background thread with the final shape; store the data pointer of a
+ * compact row-major buffer of that shape and dtype in *data and return 0, or
+ * return non-zero to fail the operation. The memory stays the caller's. */
+typedef int32_t (*hvd_alloc_fn)(void* ctx, size_t tensor_index, int32_t ndim,
+                                const int64_t* shape, DLDataType dtype,
+                                void** data /* out */);
+
+/* Called once on the background thread when `handle` completes (success or
+ * error). The handle stays valid until hvd_handle_release(). */
+typedef void (*hvd_done_fn)(void* ctx, hvd_handle* handle);
+
+typedef struct hvd_tensor_args {
+  size_t struct_size; /* HVD_TENSOR_ARGS_STRUCT_SIZE */
+  /* The tensor to send: compact row-major, on the CPU. Borrowed until
+   * completion. NULL for barrier and join. */
+  const DLTensor* input;
+  /* Allreduce and broadcast only, optional: where the result goes; same
+   * shape and dtype as input; may be `input` itself (in place). Borrowed
+   * until completion. When NULL the library allocates the result (or calls
+   * `alloc`); fetch it with hvd_handle_get_result(). */
+  DLTensor* output;
+  /* Alltoall only, optional: number of first-dimension rows sent to each
+   * rank of the process set (`num_splits` == set size). NULL: split evenly
+   * (the first dimension must divide by the set size). in. */
+  const int64_t* splits;
+  size_t num_splits;
+  /* Name, unique among this process set's in-flight operations and equal on
+   * all ranks for the same collective (e.g. "allreduce.fc1.weight"). in. */
+  const char* name;
+  size_t name_len;
+} hvd_tensor_args;
+#define HVD_TENSOR_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_tensor_args, name_len)
+
+typedef struct hvd_enqueue_args {
+  size_t struct_size;     /* HVD_ENQUEUE_ARGS_STRUCT_SIZE */
+  int32_t collective;     /* an hvd_collective */
+  int32_t process_set_id; /* 0: the global set */
+  int32_t reduce_op;      /* an hvd_reduce_op: allreduce, reducescatter */
+  int32_t root_rank;      /* broadcast: root, as a rank of the process set */
+  double prescale_factor;  /* allreduce, reducescatter: multiply inputs; 0 means 1 */
+  double postscale_factor; /* allreduce, reducescatter: multiply results; 0 means 1 */
+  /* One tensor, or several for a grouped collective: a group is negotiated
+   * and executed as one unit. in; each entry as hvd_tensor_args says. */
+  const hvd_tensor_args* tensors;
+  size_t num_tensors;
+  hvd_alloc_fn alloc; /* optional */
+  void* alloc_ctx;
+  hvd_done_fn on_done; /* optional */
+  void* on_done_ctx;
+} hvd_enqueue_args;
+#define HVD_ENQUEUE_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_enqueue_args, on_done_ctx)
+
+/* Validates the arguments and queues the operation; returns at once.
+ * On success *handle receives a handle the caller must release. */
+HVD_EXPORT hvd_error* hvd_enqueue(const hvd_enqueue_args* args,
+                                  hvd_handle** handle /* out */);
+
+/* 1 when the operation has completed (successfully or not), else 0. */
+HVD_EXPORT int32_t hvd_handle_poll(const hvd_handle* handle);
+/* Waits for completion. timeout_seconds < 0 waits forever. Returns NULL on
+ * success, the operation's error, or HVD_ERROR_TIMEOUT (still in flight). */
+HVD_EXPORT hvd_error* hvd_handle_wait(hvd_handle* handle, double timeout_seconds);
+
+typedef struct hvd_result {
+  size_t struct_size;   /* in: HVD_RESULT_STRUCT_SIZE */
+  size_t tensor_index;  /* in: which tensor of a group */
+  /* out: the result tensor when the library allocated it (output == NULL
+   * and no `alloc`): ownership passes to the caller, who calls its deleter.
+   * Each result can be taken once; later calls get NULL. */
+  DLManagedTensor* output;
+  /* out: alltoall: rows received from each rank; valid until release. */
+  const int64_t* received_splits;
+  size_t num_received_splits;
+  /* out: join: the last rank to join; else -1. */
+  int32_t last_joined_rank;
+} hvd_result;
+#define HVD_RESULT_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_result, last_joined_rank)
+
+/* The handle must have completed successfully. */
+HVD_EXPORT hvd_error* hvd_handle_get_result(hvd_handle* handle, hvd_result* result /* in/out */);
+/* Releases the caller's reference. An operation still in flight keeps
+ * running; its borrowed tensors must stay alive until it completes. */
+HVD_EXPORT void hvd_handle_release(hvd_handle* handle);
+
+/* ------------------------------------------------------------------------ */
+/* Timeline                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Starts writing a Chrome-trace timeline (rank 0 writes; other ranks
+ * accept and ignore the call). Replaces a running timeline. */
+HVD_EXPORT hvd_error* hvd_start_timeline(const char* path, size_t path_len,
+                                         int32_t mark_cycles);
+HVD_EXPORT hvd_error* hvd_stop_timeline(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_C_API_H_ */

@@ -1,0 +1,221 @@
+# basics.py - HorovodBasics: init/shutdown, topology, timeline and build
+# queries, with Horovod's names and error wording. Every framework binding
+# re-exports these methods as its module-level functions.
+"""Start-up, topology and capability queries (Horovod's ``HorovodBasics``)."""
+
+import atexit
+import ctypes
+import os
+import threading
+
+from horovod.common import c_api
+from horovod.common import process_sets as _process_sets
+
+__all__ = ["HorovodBasics", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
+
+# Reduction operations; the values equal Horovod's.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
+
+
+class HorovodBasics:
+    """Wrapper around the engine's start-up and topology functions.
+
+    Framework bindings used to pass their extension's path; hvd loads one
+    shared engine for every framework, so arguments are accepted and ignored.
+    """
+
+    Average = Average
+    Sum = Sum
+    Adasum = Adasum
+    Min = Min
+    Max = Max
+    Product = Product
+
+    def __init__(self, *args, **kwargs):
+        self._topology = None
+        self._lock = threading.Lock()
+        self._on_shutdown = []  # callbacks of bindings (e.g. drop pending handles)
+        self._atexit_registered = False
+        _process_sets._setup(self)
+
+    def init(self, comm=None, process_sets=None):
+        """A function that initializes Horovod.
+
+        Args:
+          comm: must be None: hvd-core starts from the environment set by
+            horovodrun (or mpirun), never from an MPI communicator.
+          process_sets: an optional list of ProcessSet objects to register at
+            start-up (they get ids 1, 2, ...), or the string "dynamic" to allow
+            hvd.add_process_set()/remove_process_set() later (same as
+            HOROVOD_DYNAMIC_PROCESS_SETS=1).
+
+        Calling it again while initialized does nothing.
+        """
+        if comm is not None and list(comm) != list(range(len(list(comm)))):
+            raise ValueError("hvd.init(comm=...) is not supported: hvd-core does not start from an MPI "
+                             "communicator; launch with horovodrun and use process_sets= for sub-groups")
+        if process_sets == "dynamic":
+            os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+            process_sets = None
+        process_sets = list(process_sets or [])
+        for ps in process_sets:
+            if not isinstance(ps, _process_sets.ProcessSet):
+                raise ValueError("process_sets must be a list of ProcessSet objects, got %r" % (ps,))
+        with self._lock:
+            library = c_api.lib()
+            if library.hvd_is_initialized():
+                return
+            args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
+            flat = [r for ps in process_sets for r in ps.ranks]
+            ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
+            sizes = (ctypes.c_int32 * max(1, len(process_sets)))(*[len(ps.ranks) for ps in process_sets])
+            args.process_set_ranks = ranks
+            args.process_set_sizes = sizes
+            args.num_process_sets = len(process_sets)
+            c_api.check(library.hvd_init(ctypes.byref(args)))
+            self._topology = self._read_topology()
+            _process_sets._on_init(self._topology.size, process_sets)
+            if not self._atexit_registered:
+                atexit.register(self.shutdown)
+                self._atexit_registered = True
+
+    def _read_topology(self):
+        topology = c_api.Topology(struct_size=ctypes.sizeof(c_api.Topology))
+        c_api.check(c_api.lib().hvd_get_topology(ctypes.byref(topology)))
+        return topology
+
+    def shutdown(self):
+        """A function that shuts Horovod down.
+
+        Pending operations fail with HorovodInternalError. ``init()`` may be
+        called again afterwards.
+        """
+        with self._lock:
+            self._topology = None
+            try:
+                c_api.check(c_api.lib().hvd_shutdown())
+            finally:
+                # After the engine stopped nothing reads the tensors any more,
+                # so the bindings may drop what they kept alive.
+                for callback in list(self._on_shutdown):
+                    callback()
+
+    def add_shutdown_callback(self, callback):
+        """Registers a function called (with no arguments) before every shutdown."""
+        self._on_shutdown.append(callback)
+
+    def is_initialized(self):
+        """Returns True if Horovod is initialized."""
+        return bool(c_api.lib().hvd_is_initialized())
+
+    def _topo(self):
+        topology = self._topology
+        if topology is None or not c_api.lib().hvd_is_initialized():
+            raise ValueError(_NOT_INITIALIZED)
+        return topology
+
+    def start_timeline(self, file_path, mark_cycles=False):
+        """Creates a timeline file at `file_path` and begins recording.
+
+        Args:
+            file_path: String path to the timeline file.
+            mark_cycles: Boolean indicating that cycles should be marked on the timeline (default: False).
+
+        Raises a `ValueError` if Horovod is not initialized.
+        """
+        self._topo()
+        path = os.fsencode(file_path)
+        c_api.check(c_api.lib().hvd_start_timeline(path, len(path), 1 if mark_cycles else 0))
+
+    def stop_timeline(self):
+        """Stops the active timeline recording and closes the file.
+
+        Raises a `ValueError` if Horovod is not initialized.
+        """
+        self._topo()
+        c_api.check(c_api.lib().hvd_stop_timeline())
+
+    def size(self):
+        """A function that returns the number of Horovod processes.
+
+        Returns:
+          An integer scalar containing the number of Horovod processes.
+        """
+        return self._topo().size
+
+    def local_size(self):
+        """A function that returns the number of Horovod processes within the current host."""
+        return self._topo().local_size
+
+    def cross_size(self):
+        """A function that returns the number of hosts running a process with this local rank."""
+        return self._topo().cross_size
+
+    def rank(self):
+        """A function that returns the Horovod rank of the calling process."""
+        return self._topo().rank
+
+    def local_rank(self):
+        """A function that returns the local Horovod rank of the calling process, within its host."""
+        return self._topo().local_rank
+
+    def cross_rank(self):
+        """A function that returns the rank of this host among those running this local rank."""
+        return self._topo().cross_rank
+
+    def is_homogeneous(self):
+        """Returns True if the cluster is homogeneous (every host runs the same number of processes)."""
+        return bool(self._topo().is_homogeneous)
+
+    def mpi_threads_supported(self):
+        """Returns True if MPI multi-threading is supported; hvd-core does not use MPI, so False."""
+        self._topo()
+        return False
+
+    def mpi_enabled(self):
+        """Returns True if MPI is the controller of this job (never for hvd-core)."""
+        return False
+
+    def mpi_built(self):
+        """Returns True if hvd was built with MPI support (hvd-core: False)."""
+        return False
+
+    def gloo_enabled(self):
+        """Returns True when the job runs hvd's own TCP/shared-memory controller.
+
+        hvd's engine plays the role of Horovod's Gloo mode (same environment
+        variables, same launcher flags), so scripts that branch on it behave as
+        under ``horovodrun --gloo``.
+        """
+        return True
+
+    def gloo_built(self):
+        """Returns True: hvd's own controller stands in for Gloo (see gloo_enabled)."""
+        return True
+
+    def nccl_built(self):
+        """Returns 0: hvd-core has no NCCL support."""
+        return 0
+
+    def ddl_built(self):
+        """Returns False: DDL is not supported."""
+        return False
+
+    def ccl_built(self):
+        """Returns False: oneCCL is not supported."""
+        return False
+
+    def cuda_built(self):
+        """Returns False: hvd-core moves CPU memory."""
+        return False
+
+    def rocm_built(self):
+        """Returns False: ROCm is not supported."""
+        return False

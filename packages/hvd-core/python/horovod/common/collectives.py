@@ -1,0 +1,420 @@
+# collectives.py - Horovod's collective API on numpy arrays, for code that
+# depends on hvd-core alone (no framework). Signatures and defaults follow
+# horovod.torch; results are new numpy arrays unless the name ends in "_".
+"""Collectives on numpy arrays: allreduce, allgather, broadcast, alltoall,
+reducescatter, grouped variants, barrier and join."""
+
+import ctypes
+import pickle
+
+import numpy as np
+
+from horovod.common import c_api
+from horovod.common.basics import Average, HorovodBasics, Sum
+from horovod.common.handles import HandleManager, TensorDesc, enqueue, full_name, result
+from horovod.common.process_sets import global_process_set
+from horovod.common.util import get_average_backwards_compatibility_fun
+
+__all__ = [
+    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_", "grouped_allreduce_async_",
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_async", "broadcast_", "broadcast_async_",
+    "alltoall", "alltoall_async",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "barrier", "join", "poll", "synchronize", "broadcast_object", "allgather_object",
+]
+
+_handles = HandleManager()
+_average_compat = get_average_backwards_compatibility_fun(HorovodBasics)
+
+# numpy dtype -> DLPack (code, bits). bfloat16 comes from ml_dtypes when installed.
+_DLPACK_TYPES = {
+    np.dtype(np.uint8): (c_api.kDLUInt, 8), np.dtype(np.int8): (c_api.kDLInt, 8),
+    np.dtype(np.uint16): (c_api.kDLUInt, 16), np.dtype(np.int16): (c_api.kDLInt, 16),
+    np.dtype(np.int32): (c_api.kDLInt, 32), np.dtype(np.int64): (c_api.kDLInt, 64),
+    np.dtype(np.float16): (c_api.kDLFloat, 16), np.dtype(np.float32): (c_api.kDLFloat, 32),
+    np.dtype(np.float64): (c_api.kDLFloat, 64), np.dtype(np.bool_): (c_api.kDLBool, 8),
+}
+try:
+    import ml_dtypes
+    _DLPACK_TYPES[np.dtype(ml_dtypes.bfloat16)] = (c_api.kDLBfloat, 16)
+except ImportError:  # bfloat16 arrays need ml_dtypes; nothing else does
+    pass
+
+
+def _clear_handles():
+    _handles.clear()
+
+
+def _describe(array, what="tensor"):
+    if not isinstance(array, np.ndarray):
+        raise ValueError("%s must be a numpy.ndarray, got %s" % (what, type(array).__name__))
+    code_bits = _DLPACK_TYPES.get(array.dtype)
+    if code_bits is None:
+        raise ValueError("Tensor type %s is not supported." % array.dtype.name)
+    if not array.flags.c_contiguous:
+        raise ValueError("Tensor is required to be contiguous.")
+    return TensorDesc(array.ctypes.data, array.shape, *code_bits)
+
+
+def _owned_result_to_numpy(c_handle, index, dtype):
+    """Copies a core-owned result into a numpy array and frees the original."""
+    res = result(c_handle, index)
+    managed = res.output.contents
+    t = managed.dl_tensor
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    count = int(np.prod(shape)) if shape else 1
+    nbytes = count * dtype.itemsize
+    out = np.empty(shape, dtype=dtype)
+    if nbytes:
+        ctypes.memmove(out.ctypes.data, t.data, nbytes)
+    managed.deleter(res.output)
+    return out, res
+
+
+def _check_process_set(process_set):
+    if process_set.process_set_id is None:
+        raise ValueError("%s is not registered; pass it to hvd.init(process_sets=...) or "
+                         "hvd.add_process_set()" % process_set)
+
+
+def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective):
+    _check_process_set(process_set)
+    inputs = [_describe(t) for t in tensors]
+    outs = [_describe(o, "output") for o in outputs]
+    if len(tensors) == 1:
+        names = [full_name(collective, name)]
+    else:
+        names = [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
+    c_handle, keepalive = enqueue(c_api.ALLREDUCE, inputs, names, process_set.process_set_id, outputs=outs,
+                                  reduce_op=op, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor)
+    keepalive += [tensors, outputs, inputs, outs]
+    single = len(tensors) == 1 and collective == "allreduce"
+    return _handles.register(c_handle, lambda h: outputs[0] if single else list(outputs), keepalive)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """A function that performs asynchronous averaging or summation of the input tensor
+    over all the Horovod processes. The input tensor is not modified.
+
+    The reduction operation is keyed by the name. If name is not provided, an incremented
+    auto-generated name is used. The tensor type and shape must be the same on all
+    Horovod processes for a given name. The reduction will not start until all processes
+    are ready to send and receive the tensor.
+
+    Returns:
+        A handle to the allreduce operation that can be used with `poll()` or `synchronize()`.
+    """
+    op = _average_compat(op, average)
+    output = np.empty_like(tensor) if isinstance(tensor, np.ndarray) else None
+    return _allreduce_async([tensor], [output], name, op, prescale_factor, postscale_factor, process_set,
+                            "allreduce")
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=global_process_set):
+    """A function that performs averaging or summation of the input tensor over all the
+    Horovod processes. The input tensor is not modified.
+
+    Args:
+        tensor: A numpy array to reduce.
+        average: Deprecated; use `op`.
+        name: A name of the reduction operation.
+        op: The reduction operation (Average, Sum, Min, Max, Product). Defaults to Average.
+        prescale_factor: Multiplicative factor to scale tensor before allreduce.
+        postscale_factor: Multiplicative factor to scale tensor after allreduce.
+        process_set: Process set object to limit this operation to a subset of Horovod processes.
+
+    Returns:
+        An array of the same shape and type as `tensor`, reduced across all processes.
+    """
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                       process_set))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Asynchronous in-place allreduce; `tensor` receives the result. Returns a handle."""
+    op = _average_compat(op, average)
+    return _allreduce_async([tensor], [tensor], name, op, prescale_factor, postscale_factor, process_set,
+                            "allreduce")
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce; returns `tensor`, which holds the result."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                        process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous allreduce of a list of tensors, negotiated and run as one group.
+
+    Returns:
+        A handle for `synchronize()`, which returns the list of reduced arrays.
+    """
+    op = _average_compat(op, average)
+    outputs = [np.empty_like(t) if isinstance(t, np.ndarray) else None for t in tensors]
+    return _allreduce_async(list(tensors), outputs, name, op, prescale_factor, postscale_factor, process_set,
+                            "grouped_allreduce")
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """Allreduce of a list of tensors as one group; returns the list of reduced arrays."""
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                                               process_set))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous in-place grouped allreduce. Returns a handle."""
+    op = _average_compat(op, average)
+    return _allreduce_async(list(tensors), list(tensors), name, op, prescale_factor, postscale_factor,
+                            process_set, "grouped_allreduce")
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    """In-place grouped allreduce; returns `tensors`."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+def _gather_like_async(collective, collective_name, tensors, name, process_set, single, reduce_op=Sum,
+                       prescale_factor=1.0, postscale_factor=1.0, splits=None):
+    _check_process_set(process_set)
+    inputs = [_describe(t) for t in tensors]
+    if len(tensors) == 1:
+        names = [full_name(collective_name, name)]
+    else:
+        names = [full_name(collective_name, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
+    c_handle, keepalive = enqueue(collective, inputs, names, process_set.process_set_id, reduce_op=reduce_op,
+                                  prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                  splits=splits)
+    keepalive += [tensors, inputs]
+    dtypes = [t.dtype for t in tensors]
+
+    def finish(h):
+        outs = [_owned_result_to_numpy(h, i, dtypes[i]) for i in range(len(tensors))]
+        if collective == c_api.ALLTOALL:
+            res = outs[0][1]
+            received = np.array([res.received_splits[i] for i in range(res.num_received_splits)], dtype=np.int32)
+            return outs[0][0] if splits is None or splits[0] is None else (outs[0][0], received)
+        arrays = [o[0] for o in outs]
+        return arrays[0] if single else arrays
+
+    return _handles.register(c_handle, finish, keepalive)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Asynchronous allgather; returns a handle. See `allgather`."""
+    return _gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """A function that concatenates the input tensor with the same input tensor on
+    all other Horovod processes. The input tensor is not modified.
+
+    The concatenation is done on the first dimension, so the input tensors on the
+    different processes must have the same rank and shape, except for the first
+    dimension, which is allowed to be different.
+
+    Returns:
+        An array of the same type as `tensor`, concatenated on dimension zero across
+        all processes. Its first dimension is the sum of the inputs' first dimensions.
+    """
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Asynchronous allgather of a list of tensors as one group; returns a handle."""
+    return _gather_like_async(c_api.ALLGATHER, "grouped_allgather", list(tensors), name, process_set, False)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgather of a list of tensors as one group; returns the list of gathered arrays."""
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def _broadcast_async(tensor, output, root_rank, name, process_set):
+    _check_process_set(process_set)
+    inputs = [_describe(tensor)]
+    outs = [_describe(output, "output")]
+    c_handle, keepalive = enqueue(c_api.BROADCAST, inputs, [full_name("broadcast", name)],
+                                  process_set.process_set_id, outputs=outs, root_rank=root_rank)
+    keepalive += [tensor, output, inputs, outs]
+    return _handles.register(c_handle, lambda h: output, keepalive)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Asynchronous broadcast; returns a handle. The input tensor is not modified."""
+    output = np.empty_like(tensor) if isinstance(tensor, np.ndarray) else None
+    return _broadcast_async(tensor, output, root_rank, name, process_set)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """A function that broadcasts the input tensor on root rank to the same input tensor
+    on all other Horovod processes. The input tensor is not modified.
+
+    The tensor type and shape must be the same on all Horovod processes for a given name.
+
+    Returns:
+        An array of the same shape and type as `tensor`, with the value broadcasted from root rank.
+    """
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Asynchronous in-place broadcast; returns a handle."""
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast; returns `tensor`, which holds root's value."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Asynchronous alltoall; returns a handle. See `alltoall`."""
+    if splits is not None:
+        splits = [int(s) for s in np.asarray(splits).reshape(-1)]
+    return _gather_like_async(c_api.ALLTOALL, "alltoall", [tensor], name, process_set, True, splits=[splits])
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """A function that scatters slices of the input tensor to all other Horovod processes
+    and returns a tensor of gathered slices from all other Horovod processes. The input
+    tensor is not modified.
+
+    The slicing is done on the first dimension, so the input tensors on the different
+    processes must have the same rank and shape, except for the first dimension.
+
+    Args:
+        splits: rows of `tensor` to send to each rank, in rank order. If not provided,
+            the first dimension is split equally by the number of processes.
+
+    Returns:
+        The gathered array; and, when `splits` was given, also an array with the number
+        of rows received from each rank.
+    """
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Asynchronous reducescatter; returns a handle. See `reducescatter`."""
+    return _gather_like_async(c_api.REDUCESCATTER, "reducescatter", [tensor], name, process_set, True,
+                              reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+
+
+def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """A function that performs a reduction of the input tensor over all the Horovod
+    processes, then scatters the results across them. The input tensor is not modified.
+
+    The first dimension is split as evenly as possible; lower ranks get one more row
+    when it does not divide.
+
+    Returns:
+        This rank's block of the reduced tensor.
+    """
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Asynchronous reducescatter of a list of tensors as one group; returns a handle."""
+    return _gather_like_async(c_api.REDUCESCATTER, "grouped_reducescatter", list(tensors), name, process_set,
+                              False, reduce_op=op, prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor)
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Reducescatter of a list of tensors as one group; returns the list of blocks."""
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                                   postscale_factor))
+
+
+def barrier(process_set=global_process_set):
+    """A function that acts as a simple sychronization point for ranks specified
+    in the given process group. Returns when every rank of the set has called it."""
+    _check_process_set(process_set)
+    c_handle, keepalive = enqueue(c_api.BARRIER, [], [b""], process_set.process_set_id)
+    synchronize(_handles.register(c_handle, lambda h: None, keepalive))
+
+
+def join(device=-1):
+    """A function that indicates that the rank finished processing data.
+
+    All ranks that did not call join() continue to process allreduce operations;
+    this rank takes part with zeros. This function blocks until all ranks join.
+
+    Args:
+        device: ignored (kept for Horovod compatibility).
+
+    Returns:
+        The rank that joined last.
+    """
+    c_handle, keepalive = enqueue(c_api.JOIN, [], [b""], 0)
+    return synchronize(_handles.register(c_handle, lambda h: result(h, 0).last_joined_rank, keepalive))
+
+
+def poll(handle):
+    """Polls an allreduce, allgather, broadcast, ... handle to determine whether the
+    underlying operation has completed. After `poll()` returns True, `synchronize()`
+    returns without blocking.
+
+    Returns:
+        A flag indicating whether the operation has completed.
+    """
+    return _handles.poll(handle)
+
+
+def synchronize(handle):
+    """Synchronizes an asynchronous operation until it's completed. Returns the result
+    of the operation.
+
+    Raises:
+        HorovodInternalError: a peer failed or the job was shut down.
+        HorovodCollectiveMismatchError: the ranks disagreed about this collective.
+    """
+    return _handles.synchronize(handle)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Serializes and broadcasts an object from root rank to all other processes.
+
+    Returns:
+        The object that was broadcast from `root_rank`.
+    """
+    # Non-root ranks often pass None, so the default name must not depend on obj.
+    name = name or "broadcast_object"
+    is_root = process_set.rank() == root_rank
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if is_root else np.zeros(0, np.uint8)
+    length = broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len", process_set)
+    buf = payload.copy() if is_root else np.zeros(int(length[0]), dtype=np.uint8)
+    buf = broadcast(buf, root_rank, name + ".data", process_set)
+    return pickle.loads(buf.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Serializes and allgathers an object from all ranks.
+
+    Returns:
+        The list of objects from every rank, in rank order.
+    """
+    name = name or "allgather_object"
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    sizes = allgather(np.array([payload.size], dtype=np.int64), name + ".sizes", process_set)
+    data = allgather(payload.copy(), name + ".data", process_set)
+    out, offset = [], 0
+    for s in sizes:
+        out.append(pickle.loads(data[offset:offset + int(s)].tobytes()))
+        offset += int(s)
+    return out

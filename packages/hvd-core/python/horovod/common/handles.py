@@ -1,0 +1,176 @@
+# handles.py - the binding-neutral half of every collective: build DLPack
+# descriptors, enqueue through the C ABI, hand out Horovod-style integer
+# handles, wait, and fetch results. horovod.common.collectives (numpy) and
+# the framework bindings are thin layers over this.
+"""Enqueueing collectives and managing their handles."""
+
+import ctypes
+import itertools
+import struct
+import threading
+
+from horovod.common import c_api
+
+__all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name"]
+
+
+# Byte layouts of the C ABI structs on LP64 (checked against ctypes in
+# the tests): packing them with one struct call is several times cheaper
+# than filling ctypes.Structure fields, and small collectives are latency-bound.
+_DLTENSOR = struct.Struct("<QiiiBBHQQQ")       # 48 bytes
+_TENSOR_ARGS = struct.Struct("<QQQQQQQ")       # 56 bytes
+_ENQUEUE_ARGS = struct.Struct("<QiiiiddQQQQQQ")  # 88 bytes
+_NULL_NAMES = (b"",)
+
+
+class TensorDesc:
+    """A tensor as the C ABI sees it: data pointer, shape, DLPack dtype (code, bits)
+    and device type. Bindings build these from their framework's tensors."""
+
+    __slots__ = ("data_ptr", "shape", "code", "bits", "device_type")
+
+    def __init__(self, data_ptr, shape, dtype_code, dtype_bits, device_type=c_api.kDLCPU):
+        self.data_ptr = data_ptr or 0
+        self.shape = tuple(shape)
+        self.code = dtype_code
+        self.bits = dtype_bits
+        self.device_type = device_type
+
+
+def full_name(collective, name):
+    """Horovod's tensor naming: ``allreduce.<name>``; unnamed tensors get
+    ``allreduce.noname.<n>`` from the engine."""
+    if not name:
+        return b""
+    return ("%s.%s" % (collective, name)).encode()
+
+
+def _pack_dltensor(buf, offset, desc, base):
+    """Writes a DLTensor for `desc` at `offset` and its shape right after it."""
+    shape_off = offset + _DLTENSOR.size
+    _DLTENSOR.pack_into(buf, offset, desc.data_ptr, desc.device_type, 0, len(desc.shape), desc.code,
+                        desc.bits, 1, base + shape_off, 0, 0)
+    if desc.shape:
+        struct.pack_into("<%dq" % len(desc.shape), buf, shape_off, *desc.shape)
+    return shape_off + 8 * len(desc.shape)
+
+
+def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op=1, root_rank=0,
+            prescale_factor=1.0, postscale_factor=1.0, splits=None):
+    """Enqueues one collective (several inputs = a group) and returns the C handle.
+
+    Args:
+        collective: a c_api collective constant (ALLREDUCE, ...).
+        inputs: list of TensorDesc (empty for barrier and join).
+        names: list of full names (bytes; b"" for an engine-generated name).
+        outputs: optional list of TensorDesc (allreduce/broadcast) or None entries.
+        splits: optional list (per input) of alltoall splits, or None.
+    Returns:
+        (c_handle, keepalive): keep `keepalive` referenced until completion.
+    """
+    n = len(inputs)
+    names = names or _NULL_NAMES
+    size = _ENQUEUE_ARGS.size + _TENSOR_ARGS.size * max(1, n)
+    for i in range(n):
+        size += 2 * (_DLTENSOR.size + 8 * len(inputs[i].shape))
+        if splits is not None and splits[i] is not None:
+            size += 8 * len(splits[i])
+    buf = ctypes.create_string_buffer(size)
+    base = ctypes.addressof(buf)
+    tensors_off = _ENQUEUE_ARGS.size
+    cursor = tensors_off + _TENSOR_ARGS.size * max(1, n)
+    for i in range(max(1, n)):
+        name = names[i] if i < len(names) else b""
+        in_ptr = out_ptr = splits_ptr = num_splits = 0
+        if i < n:
+            in_ptr = base + cursor
+            cursor = _pack_dltensor(buf, cursor, inputs[i], base)
+            if outputs is not None and outputs[i] is not None:
+                out_ptr = base + cursor
+                cursor = _pack_dltensor(buf, cursor, outputs[i], base)
+            if splits is not None and splits[i] is not None:
+                num_splits = len(splits[i])
+                splits_ptr = base + cursor
+                struct.pack_into("<%dq" % num_splits, buf, cursor, *splits[i])
+                cursor += 8 * num_splits
+        name_ptr = ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value if name else 0
+        _TENSOR_ARGS.pack_into(buf, tensors_off + i * _TENSOR_ARGS.size, _TENSOR_ARGS.size, in_ptr, out_ptr,
+                               splits_ptr, num_splits, name_ptr or 0, len(name))
+    _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS.size, collective, process_set_id, reduce_op, root_rank,
+                            prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0)
+    handle = ctypes.c_void_p()
+    c_api.check(c_api.lib().hvd_enqueue(base, ctypes.byref(handle)))
+    return handle.value, [buf, names]
+
+
+def result(handle, index=0):
+    """The hvd_result of tensor `index` of a completed handle."""
+    res = c_api.Result(struct_size=ctypes.sizeof(c_api.Result), tensor_index=index)
+    c_api.check(c_api.lib().hvd_handle_get_result(handle, ctypes.byref(res)))
+    return res
+
+
+class _Pending:
+    __slots__ = ("c_handle", "finish", "keepalive")
+
+    def __init__(self, c_handle, finish, keepalive):
+        self.c_handle = c_handle
+        self.finish = finish
+        self.keepalive = keepalive
+
+
+class HandleManager:
+    """Integer handles (what Horovod's async functions return) for in-flight operations.
+
+    ``finish(c_handle)`` is called by ``synchronize`` after a successful wait
+    and its return value is the operation's result. ``keepalive`` holds the
+    tensors and descriptors the engine reads until completion.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._ids = itertools.count(1)
+
+    def register(self, c_handle, finish, keepalive):
+        with self._lock:
+            handle = next(self._ids)
+            self._pending[handle] = _Pending(c_handle, finish, keepalive)
+        return handle
+
+    def _get(self, handle):
+        with self._lock:
+            pending = self._pending.get(handle)
+        if pending is None:
+            raise ValueError("Handle %r was not created or has been cleared." % (handle,))
+        return pending
+
+    def poll(self, handle):
+        """Returns True if the operation behind `handle` has completed (successfully or not)."""
+        return bool(c_api.lib().hvd_handle_poll(self._get(handle).c_handle))
+
+    def synchronize(self, handle, timeout=None):
+        """Waits for the operation, releases the handle and returns its result.
+
+        Raises the operation's error (HorovodInternalError, ...) on failure.
+        """
+        pending = self._get(handle)
+        library = c_api.lib()
+        err = library.hvd_handle_wait(pending.c_handle, -1.0 if timeout is None else float(timeout))
+        if err and library.hvd_error_get_code(err) == c_api.ERROR_TIMEOUT:
+            c_api.check(err)  # raises TimeoutError; the handle stays valid
+        with self._lock:
+            self._pending.pop(handle, None)
+        try:
+            c_api.check(err)
+            return pending.finish(pending.c_handle)
+        finally:
+            library.hvd_handle_release(pending.c_handle)
+
+    def clear(self):
+        """Forgets every handle (after shutdown), releasing the engine's objects."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        library = c_api.lib()
+        for p in pending.values():
+            library.hvd_handle_release(p.c_handle)

@@ -1,0 +1,126 @@
+# process_sets.py - ProcessSet objects and their registration, with
+# Horovod's names (global_process_set, add_process_set, remove_process_set).
+"""Process sets: run collectives on a subset of the ranks."""
+
+import ctypes
+from typing import List, Optional, Sequence, Union
+
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
+
+_basics = None  # the HorovodBasics that registered sets talk to
+
+
+class ProcessSet:
+    """A set of Horovod ranks that can run collectives among themselves.
+
+    Pass instances to ``hvd.init(process_sets=[...])`` or register them later
+    with ``hvd.add_process_set()`` (with HOROVOD_DYNAMIC_PROCESS_SETS=1), then
+    give ``process_set=`` to any collective. ``global_process_set`` contains all
+    ranks.
+
+    Args:
+        ranks: the ranks in the set (order does not matter).
+    """
+
+    def __init__(self, ranks: Sequence[int]):
+        if not isinstance(ranks, (list, tuple, range)) or not all(isinstance(r, int) for r in ranks):
+            raise ValueError("ProcessSet expects a list of integer ranks; mpi4py communicators need MPI, "
+                             "which hvd-core does not use")
+        self.ranks: List[int] = sorted(ranks)
+        self.process_set_id: Optional[int] = None
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def _info(self):
+        from horovod.common import c_api
+        info = c_api.ProcessSetInfo(struct_size=ctypes.sizeof(c_api.ProcessSetInfo),
+                                    process_set_id=self.process_set_id)
+        c_api.check(c_api.lib().hvd_get_process_set_info(ctypes.byref(info)))
+        return info
+
+    def size(self) -> Optional[int]:
+        """Number of ranks in the set, or None if it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return self._info().size
+
+    def rank(self) -> Optional[int]:
+        """This process's rank within the set (-1 if not included), or None if not registered."""
+        if self.process_set_id is None:
+            return None
+        return self._info().rank
+
+    def included(self) -> Optional[bool]:
+        """Whether this process belongs to the set, or None if it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return self._info().rank >= 0
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        return isinstance(other, ProcessSet) and self.process_set_id == other.process_set_id and \
+            self.ranks == other.ranks
+
+    def __hash__(self):
+        return hash((self.process_set_id, tuple(self.ranks)))
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+def _setup(basics):
+    global _basics
+    _basics = basics
+
+
+def _on_init(size, process_sets):
+    """Called by HorovodBasics.init: assigns ids 1..n to the static sets."""
+    global_process_set.ranks = list(range(size))
+    global_process_set.process_set_id = 0
+    for i, ps in enumerate(process_sets or []):
+        ps.process_set_id = i + 1
+
+
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
+    """Adds a new process set after ``hvd.init()`` and returns it.
+
+    Collective over all ranks: every rank must call it, with the same ranks,
+    in the same order as every other add/remove call. Requires
+    HOROVOD_DYNAMIC_PROCESS_SETS=1 (or ``hvd.init(process_sets="dynamic")``).
+
+    Raises:
+        ValueError: dynamic process sets are disabled, the ranks are invalid,
+            differ across ranks, or such a set exists already.
+    """
+    from horovod.common import c_api
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError("%s is already registered" % process_set)
+    ranks = (ctypes.c_int32 * len(process_set.ranks))(*process_set.ranks)
+    new_id = ctypes.c_int32()
+    c_api.check(c_api.lib().hvd_add_process_set(ranks, len(process_set.ranks), ctypes.byref(new_id)))
+    process_set.process_set_id = new_id.value
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Removes a process set added earlier. Collective over all ranks.
+
+    Returns:
+        True if the set was removed, False if it was not registered.
+    """
+    from horovod.common import c_api
+    if process_set.process_set_id is None:
+        return False
+    if process_set.process_set_id == 0:
+        raise ValueError("the global process set cannot be removed")
+    c_api.check(c_api.lib().hvd_remove_process_set(process_set.process_set_id))
+    process_set._invalidate()
+    return True

@@ -1,0 +1,525 @@
+# rendezvous.py - the job's rendezvous key-value store: the HTTP server the
+# launcher runs and a Python client, speaking the HMAC-signed protocol of
+# docs/rendezvous.md (the engine's C++ client is src/rendezvous/http_store.cc).
+"""Rendezvous key-value store for hvd jobs.
+
+The launcher starts a :class:`RendezvousServer` with a per-job secret made by
+:func:`make_secret` and hands ``HOROVOD_GLOO_RENDEZVOUS_ADDR``,
+``HOROVOD_GLOO_RENDEZVOUS_PORT`` and ``HOROVOD_SECRET_KEY`` to the workers.
+Every request must be signed with that secret; anything else is rejected with
+401, logged and counted, and never applied.
+"""
+
+import hashlib
+import hmac
+import http.client
+import http.server
+import logging
+import re
+import secrets
+import threading
+import time
+import urllib.parse
+
+__all__ = [
+    "RendezvousServer",
+    "RendezvousClient",
+    "RendezvousError",
+    "RendezvousTimeoutError",
+    "RendezvousAuthError",
+    "make_secret",
+]
+
+logger = logging.getLogger("horovod.rendezvous")
+
+PROTOCOL_TAG = b"hvd-rendezvous-v1"
+RESPONSE_TAG = b"hvd-rendezvous-v1-response"
+HEADER_TIMESTAMP = "X-Hvd-Timestamp"
+HEADER_NONCE = "X-Hvd-Nonce"
+HEADER_SIGNATURE = "X-Hvd-Signature"
+# Requests signed further than this from the server's clock are refused, and
+# nonces are remembered exactly this long (a replay after that is stale).
+MAX_CLOCK_SKEW_SECONDS = 300
+# One long-poll holds a server thread; capping it bounds how long a vanished
+# client can occupy one. Clients repeat the request to wait longer.
+MAX_WAIT_SECONDS = 30.0
+MAX_BODY_BYTES = 16 * 1024 * 1024
+_NONCE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
+_UNRESERVED = "-._~"
+
+
+class RendezvousError(RuntimeError):
+    """A rendezvous store operation failed (store unreachable or misbehaving)."""
+
+
+class RendezvousTimeoutError(RendezvousError, TimeoutError):
+    """A key did not appear in the store before the timeout."""
+
+
+class RendezvousAuthError(RendezvousError):
+    """The store rejected our signature, or the responder is not the job's store."""
+
+
+def make_secret():
+    """Returns a new job secret: the hex encoding of 32 random bytes.
+
+    Returns:
+        A 64-character lower-case hex string, suitable for ``HOROVOD_SECRET_KEY``.
+    """
+    return secrets.token_hex(32)
+
+
+def _sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _request_canonical(method, target, timestamp, nonce, body):
+    return b"\n".join([
+        PROTOCOL_TAG, method.encode("ascii"), target.encode("latin-1"),
+        str(timestamp).encode("ascii"), nonce.encode("ascii"),
+        _sha256_hex(body).encode("ascii")])
+
+
+def _response_canonical(status, nonce, body):
+    return b"\n".join([
+        RESPONSE_TAG, str(status).encode("ascii"), nonce.encode("ascii"),
+        _sha256_hex(body).encode("ascii")])
+
+
+def _hmac_hex(key, message):
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _encode_key(key):
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    return urllib.parse.quote_from_bytes(key, safe=_UNRESERVED)
+
+
+class _KeyValueTable:
+    """The store's data: bytes keys to bytes values, with waiting readers."""
+
+    def __init__(self):
+        self._data = {}
+        self._changed = threading.Condition()
+
+    def set(self, key, value):
+        with self._changed:
+            self._data[key] = value
+            self._changed.notify_all()
+
+    def get(self, key, wait_seconds):
+        deadline = time.monotonic() + wait_seconds
+        with self._changed:
+            while key not in self._data:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            return self._data[key]
+
+    def add(self, key, delta):
+        """Returns the new value, or raises ValueError when the present value is not an integer."""
+        with self._changed:
+            current = int(self._data.get(key, b"0"))
+            new_value = current + delta
+            self._data[key] = str(new_value).encode("ascii")
+            self._changed.notify_all()
+            return new_value
+
+    def delete(self, key):
+        with self._changed:
+            self._data.pop(key, None)
+
+
+class _NonceRegistry:
+    """Nonces of accepted requests, kept until a replay would be stale anyway."""
+
+    def __init__(self):
+        self._expiry_by_nonce = {}
+        self._lock = threading.Lock()
+        self._next_prune = 0.0
+
+    def claim(self, nonce, timestamp, now):
+        """Records `nonce`; returns False when it was already used."""
+        with self._lock:
+            if now >= self._next_prune:
+                self._expiry_by_nonce = {
+                    n: t for n, t in self._expiry_by_nonce.items() if t >= now}
+                self._next_prune = now + 30.0
+            if nonce in self._expiry_by_nonce:
+                return False
+            self._expiry_by_nonce[nonce] = timestamp + MAX_CLOCK_SKEW_SECONDS + 1
+            return True
+
+
+class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
+    # HTTP/1.1 so responses carry Content-Length and clients may keep the
+    # connection; ours send "Connection: close".
+    protocol_version = "HTTP/1.1"
+    server_version = "hvd-rendezvous/1"
+
+    def do_GET(self):
+        self._handle("GET")
+
+    def do_PUT(self):
+        self._handle("PUT")
+
+    def do_POST(self):
+        self._handle("POST")
+
+    def do_DELETE(self):
+        self._handle("DELETE")
+
+    def log_message(self, format, *args):
+        # The default writes every request to stderr; only verbose servers log them.
+        if self.server.rendezvous.verbose:
+            logger.info("%s - %s", self.address_string(), format % args)
+
+    def _handle(self, method):
+        rendezvous = self.server.rendezvous
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send_plain(413 if length > MAX_BODY_BYTES else 400, b"bad Content-Length\n")
+            return
+        body = self.rfile.read(length) if length else b""
+        reason, nonce = rendezvous._authenticate(method, self.path, self.headers, body)
+        if reason is not None:
+            rendezvous._record_rejection(self.client_address, method, self.path, reason)
+            self._send_plain(401, ("rejected: %s\n" % reason).encode("ascii"))
+            return
+        status, response_body = rendezvous._dispatch(method, self.path, body)
+        self._send_signed(status, response_body, nonce)
+
+    def _send_plain(self, status, body):
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_signed(self, status, body, nonce):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header(HEADER_SIGNATURE, _hmac_hex(
+            self.server.rendezvous._key, _response_canonical(status, nonce, body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+
+class _ThreadingServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    # The launcher may restart on the same port right after a failed job.
+    allow_reuse_address = True
+
+
+class RendezvousServer:
+    """The job's rendezvous key-value store, served over signed HTTP.
+
+    Args:
+        secret: The job secret (from :func:`make_secret`); every request must be
+            signed with it.
+        host: Interface to listen on; ``"0.0.0.0"`` accepts all.
+        port: TCP port; 0 picks a free one (see :attr:`port` after :meth:`start`).
+        verbose: Log every accepted request on the ``horovod.rendezvous`` logger.
+
+    Rejected requests (unsigned, wrongly signed, stale or replayed) get 401,
+    are logged as warnings with the client address, counted in
+    :attr:`rejected_requests`, and are never applied.
+    """
+
+    def __init__(self, secret, host="0.0.0.0", port=0, verbose=False):
+        if not secret:
+            raise ValueError("RendezvousServer needs a non-empty job secret")
+        self._key = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        self.host = host
+        self.port = port
+        self.verbose = verbose
+        self._table = _KeyValueTable()
+        self._nonces = _NonceRegistry()
+        self._rejections_lock = threading.Lock()
+        self._rejected_requests = 0
+        self._httpd = None
+        self._thread = None
+
+    @property
+    def rejected_requests(self):
+        """Number of requests rejected with 401 since the server was created."""
+        with self._rejections_lock:
+            return self._rejected_requests
+
+    def start(self):
+        """Starts serving in a daemon thread.
+
+        Returns:
+            The TCP port the server listens on.
+
+        Raises:
+            RuntimeError: The server is already running.
+            OSError: The address could not be bound.
+        """
+        if self._httpd is not None:
+            raise RuntimeError("RendezvousServer is already running on port %d" % self.port)
+        httpd = _ThreadingServer((self.host, self.port), _SignedRequestHandler)
+        httpd.rendezvous = self
+        self._httpd = httpd
+        self.port = httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
+            name="hvd-rendezvous-server", daemon=True)
+        self._thread.start()
+        if self.verbose:
+            if not logger.handlers and not logging.getLogger().handlers:
+                # Without any logging configured, INFO records would be dropped.
+                handler = logging.StreamHandler()
+                handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+                logger.addHandler(handler)
+            if logger.getEffectiveLevel() > logging.INFO:
+                logger.setLevel(logging.INFO)
+            logger.info("rendezvous server listening on %s:%d", self.host, self.port)
+        return self.port
+
+    def stop(self):
+        """Stops serving and closes the listening socket. Idempotent."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        self._thread.join()
+        self._thread = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+    # -- request processing (called from the handler threads) --------------
+
+    def _authenticate(self, method, target, headers, body):
+        """Returns (None, nonce) for a good request, else (reason, None)."""
+        timestamp_text = headers.get(HEADER_TIMESTAMP)
+        nonce = headers.get(HEADER_NONCE)
+        signature = headers.get(HEADER_SIGNATURE)
+        if timestamp_text is None or nonce is None or signature is None:
+            return "unsigned request (missing signature headers)", None
+        try:
+            timestamp = int(timestamp_text)
+        except ValueError:
+            return "malformed timestamp", None
+        if not _NONCE_PATTERN.match(nonce):
+            return "malformed nonce", None
+        expected = _hmac_hex(self._key, _request_canonical(method, target, timestamp, nonce, body))
+        if not hmac.compare_digest(expected.encode("ascii"), signature.strip().lower().encode("latin-1")):
+            return "bad signature (wrong secret or request altered)", None
+        now = time.time()
+        if abs(now - timestamp) > MAX_CLOCK_SKEW_SECONDS:
+            return "stale request (timestamp %+.0f s from server clock)" % (timestamp - now), None
+        if not self._nonces.claim(nonce, timestamp, now):
+            return "replayed request (nonce already used)", None
+        return None, nonce
+
+    def _record_rejection(self, client_address, method, target, reason):
+        with self._rejections_lock:
+            self._rejected_requests += 1
+        logger.warning("rendezvous: rejected %s %s from %s:%s: %s",
+                       method, target, client_address[0], client_address[1], reason)
+
+    def _dispatch(self, method, target, body):
+        """Applies an authenticated request; returns (status, body)."""
+        split = urllib.parse.urlsplit(target)
+        query = urllib.parse.parse_qs(split.query)
+        if split.path.startswith("/v1/kv/"):
+            key = urllib.parse.unquote_to_bytes(split.path[len("/v1/kv/"):])
+            if method == "PUT":
+                self._table.set(key, body)
+                return 204, b""
+            if method == "GET":
+                try:
+                    wait = float(query.get("wait", ["0"])[0])
+                except ValueError:
+                    return 400, b"bad wait parameter\n"
+                wait = min(max(wait, 0.0), MAX_WAIT_SECONDS)
+                value = self._table.get(key, wait)
+                return (404, b"") if value is None else (200, value)
+            if method == "DELETE":
+                self._table.delete(key)
+                return 204, b""
+            return 405, b""
+        if split.path.startswith("/v1/add/"):
+            if method != "POST":
+                return 405, b""
+            key = urllib.parse.unquote_to_bytes(split.path[len("/v1/add/"):])
+            try:
+                delta = int(body)
+            except ValueError:
+                return 400, b"add delta must be an ASCII decimal integer\n"
+            try:
+                return 200, str(self._table.add(key, delta)).encode("ascii")
+            except ValueError:
+                return 409, b"present value is not an integer\n"
+        return 404, b""
+
+
+class RendezvousClient:
+    """Client of the job's rendezvous store.
+
+    Args:
+        addr: Host name or address of the store.
+        port: Its TCP port.
+        secret: The job secret; every request is signed with it.
+        timeout: Default seconds for :meth:`get` to wait, and the bound for
+            retrying an unreachable store in every operation.
+    """
+
+    def __init__(self, addr, port, secret, timeout=30):
+        self.addr = addr
+        self.port = int(port)
+        self.timeout = float(timeout)
+        self._key = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+
+    def _describe(self):
+        return "rendezvous store %s:%d" % (self.addr, self.port)
+
+    def set(self, key, value):
+        """Stores `value` (bytes) under `key`, replacing any previous value.
+
+        Raises:
+            RendezvousError: The store could not be reached within the timeout.
+            RendezvousAuthError: The store rejected the request or is not the job's.
+        """
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        self._call("PUT", "/v1/kv/" + _encode_key(key), bytes(value),
+                   expect=(204,), what="set %r" % (key,))
+
+    def get(self, key, timeout=None):
+        """Returns the value of `key`, waiting until some client sets it.
+
+        Args:
+            key: The key (str or bytes).
+            timeout: Seconds to wait; None uses the client's timeout.
+
+        Returns:
+            The value as bytes.
+
+        Raises:
+            RendezvousTimeoutError: `key` did not appear within `timeout`.
+            RendezvousAuthError: The store rejected the request or is not the job's.
+        """
+        timeout = self.timeout if timeout is None else float(timeout)
+        deadline = time.monotonic() + timeout
+        path = "/v1/kv/" + _encode_key(key)
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            wait = min(remaining, MAX_WAIT_SECONDS)
+            status, body = self._call(
+                "GET", "%s?wait=%.3f" % (path, wait), b"", expect=(200, 404),
+                what="get %r" % (key,), deadline=deadline)
+            if status == 200:
+                return body
+            if time.monotonic() >= deadline:
+                raise RendezvousTimeoutError(
+                    "key %r did not appear in the %s within %.1f s; the rank that "
+                    "should set it may have failed or not started" % (key, self._describe(), timeout))
+
+    def add(self, key, delta):
+        """Atomically adds `delta` to the integer at `key` (absent counts as 0).
+
+        Returns:
+            The new value (int).
+
+        Raises:
+            RendezvousError: The store could not be reached, or the value is not an integer.
+        """
+        _, body = self._call("POST", "/v1/add/" + _encode_key(key), str(int(delta)).encode("ascii"),
+                             expect=(200,), what="add to %r" % (key,), idempotent=False)
+        return int(body)
+
+    def delete(self, key):
+        """Removes `key` from the store; removing an absent key is not an error."""
+        self._call("DELETE", "/v1/kv/" + _encode_key(key), b"", expect=(204,),
+                   what="delete %r" % (key,))
+
+    def _call(self, method, target, body, expect, what, deadline=None, idempotent=True):
+        """Sends one signed request, retrying transport failures until `deadline`."""
+        started = time.monotonic()
+        if deadline is None:
+            deadline = started + self.timeout
+        backoff = 0.05
+        while True:
+            try:
+                return self._send_once(method, target, body, expect, what, deadline)
+            except _ConnectFailed as e:
+                failure = e.cause
+            except (OSError, http.client.HTTPException) as e:
+                if not idempotent:
+                    raise RendezvousError("%s at the %s failed after the request was sent (%s); "
+                                          "not retried since it may have been applied"
+                                          % (what, self._describe(), e)) from e
+                failure = e
+            if time.monotonic() + backoff >= deadline:
+                raise RendezvousError("cannot reach the %s to %s: %s (gave up after %.1f s); check "
+                                      "HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT and that the launcher is running"
+                                      % (self._describe(), what, failure, time.monotonic() - started)) from failure
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _send_once(self, method, target, body, expect, what, deadline):
+        timestamp = int(time.time())
+        nonce = secrets.token_hex(16)
+        signature = _hmac_hex(self._key, _request_canonical(method, target, timestamp, nonce, body))
+        # The socket timeout must outlast the server-side long-poll.
+        io_timeout = max(1.0, deadline - time.monotonic()) + 10.0
+        connection = http.client.HTTPConnection(self.addr, self.port, timeout=io_timeout)
+        try:
+            try:
+                connection.connect()
+            except OSError as e:
+                raise _ConnectFailed(e) from e
+            connection.request(method, target, body=body, headers={
+                "Connection": "close",
+                "Content-Length": str(len(body)),
+                HEADER_TIMESTAMP: str(timestamp),
+                HEADER_NONCE: nonce,
+                HEADER_SIGNATURE: signature,
+            })
+            response = connection.getresponse()
+            response_body = response.read()
+            status = response.status
+            response_signature = response.getheader(HEADER_SIGNATURE)
+        finally:
+            connection.close()
+        if status == 401:
+            raise RendezvousAuthError(
+                "the %s rejected %s: %s (is HOROVOD_SECRET_KEY the job's secret, and is this "
+                "host's clock within %d s of the store's?)"
+                % (self._describe(), what, response_body.decode("latin-1").strip(),
+                   MAX_CLOCK_SKEW_SECONDS))
+        expected = _hmac_hex(self._key, _response_canonical(status, nonce, response_body))
+        if response_signature is None or not hmac.compare_digest(
+                expected.encode("ascii"), response_signature.strip().lower().encode("latin-1")):
+            raise RendezvousAuthError(
+                "the response from %s to %s is not signed with the job secret: the address "
+                "is not this job's rendezvous store, or its secret differs" % (self._describe(), what))
+        if status not in expect:
+            raise RendezvousError("%s at the %s failed: HTTP %d %s"
+                                  % (what, self._describe(), status,
+                                     response_body.decode("latin-1").strip()))
+        return status, response_body
+
+
+class _ConnectFailed(Exception):
+    """The TCP connection could not be opened: nothing reached the server, so any request may be retried."""
+
+    def __init__(self, cause):
+        super().__init__(str(cause))
+        self.cause = cause

@@ -1,0 +1,402 @@
+// c_api.cc - the exported C functions. Each one is wrapped in HVD_API_BEGIN /
+// HVD_API_END so no C++ exception crosses the boundary: errors become
+// hvd_error objects. Argument structs are read up to the caller's
+// struct_size, so callers built against an older minor keep working.
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/handle.h"
+#include "hvd/c_api.h"
+
+struct hvd_error {
+  hvd_error_code code;
+  std::string message;
+};
+
+namespace hvd {
+namespace {
+
+hvd_error* make_error(hvd_error_code code, const std::string& message) {
+  try {
+    return new hvd_error{code, message};
+  } catch (...) {
+    static hvd_error out_of_memory{HVD_ERROR_INTERNAL, "out of memory"};
+    return &out_of_memory;
+  }
+}
+
+// The compile-time check that each STRUCT_SIZE macro names its last field.
+static_assert(HVD_INIT_ARGS_STRUCT_SIZE == sizeof(hvd_init_args), "update HVD_INIT_ARGS_STRUCT_SIZE");
+static_assert(HVD_TOPOLOGY_STRUCT_SIZE == sizeof(hvd_topology) ||
+                  HVD_TOPOLOGY_STRUCT_SIZE + 4 == sizeof(hvd_topology),
+              "update HVD_TOPOLOGY_STRUCT_SIZE");
+static_assert(HVD_PROCESS_SET_INFO_STRUCT_SIZE == sizeof(hvd_process_set_info), "update HVD_PROCESS_SET_INFO_STRUCT_SIZE");
+static_assert(HVD_TENSOR_ARGS_STRUCT_SIZE == sizeof(hvd_tensor_args), "update HVD_TENSOR_ARGS_STRUCT_SIZE");
+static_assert(HVD_ENQUEUE_ARGS_STRUCT_SIZE == sizeof(hvd_enqueue_args), "update HVD_ENQUEUE_ARGS_STRUCT_SIZE");
+static_assert(HVD_RESULT_STRUCT_SIZE == sizeof(hvd_result) || HVD_RESULT_STRUCT_SIZE + 4 == sizeof(hvd_result),
+              "update HVD_RESULT_STRUCT_SIZE");
+
+// Reads a field only when the caller's struct is large enough to hold it.
+#define HVD_FIELD(ptr, field, fallback) \
+  ((ptr)->struct_size >= offsetof(std::remove_pointer_t<decltype(ptr)>, field) + sizeof((ptr)->field) ? (ptr)->field : (fallback))
+
+void require_struct(size_t struct_size, size_t minimum, const char* what) {
+  if (struct_size < minimum) {
+    throw_error(ErrorCode::kInvalidArgument, std::string(what) + ".struct_size is " + std::to_string(struct_size) +
+                                                 "; set it with the header's STRUCT_SIZE macro");
+  }
+}
+
+std::vector<int64_t> shape_of(const DLTensor& t) {
+  return std::vector<int64_t>(t.shape, t.shape + t.ndim);
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Checks that a DLTensor is something the engine can read in place.
+void check_tensor(const DLTensor* t, const std::string& what) {
+  if (t == nullptr) throw_error(ErrorCode::kInvalidArgument, what + " is NULL");
+  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
+    throw_error(ErrorCode::kUnsupported,
+                what + " is on device type " + std::to_string(t->device.device_type) +
+                    "; hvd-core moves CPU memory only (copy the tensor to the CPU, or use a GPU-enabled build)");
+  }
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what + " has no shape");
+  for (int32_t i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension");
+  }
+  if (t->strides != nullptr) {
+    int64_t expected = 1;
+    for (int32_t i = t->ndim - 1; i >= 0; --i) {
+      if (t->shape[i] != 1 && t->strides[i] != expected) {
+        throw_error(ErrorCode::kInvalidArgument,
+                    what + " is not contiguous (row-major compact); make a contiguous copy first");
+      }
+      expected *= t->shape[i];
+    }
+  }
+  dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
+  if (t->data == nullptr) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
+    if (n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
+  }
+}
+
+hvd_handle* build_handle(const hvd_enqueue_args* args, const Engine& engine, ProcessSetRuntime& set) {
+  require_struct(args->struct_size, offsetof(hvd_enqueue_args, num_tensors) + sizeof(size_t), "hvd_enqueue_args");
+  auto collective = static_cast<Collective>(args->collective);
+  if (args->collective < HVD_ALLREDUCE || args->collective > HVD_JOIN) {
+    throw_error(ErrorCode::kInvalidArgument, "unknown collective " + std::to_string(args->collective));
+  }
+  const bool tensorless = collective == Collective::kBarrier || collective == Collective::kJoin;
+  if (args->reduce_op < HVD_OP_AVERAGE || args->reduce_op > HVD_OP_PRODUCT) {
+    throw_error(ErrorCode::kInvalidArgument, "unknown reduce op " + std::to_string(args->reduce_op));
+  }
+  if ((collective == Collective::kAllreduce || collective == Collective::kReducescatter) &&
+      args->reduce_op == HVD_OP_ADASUM) {
+    throw_error(ErrorCode::kUnsupported, "op=Adasum is not supported by hvd yet; use Average or Sum");
+  }
+  if (collective == Collective::kBroadcast && (args->root_rank < 0 || args->root_rank >= set.size())) {
+    throw_error(ErrorCode::kInvalidArgument,
+                "broadcast root_rank " + std::to_string(args->root_rank) + " is out of range: process set " +
+                    std::to_string(set.id()) + " has " + std::to_string(set.size()) + " ranks");
+  }
+  double prescale = args->prescale_factor == 0.0 ? 1.0 : args->prescale_factor;
+  double postscale = args->postscale_factor == 0.0 ? 1.0 : args->postscale_factor;
+  if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
+    throw_error(ErrorCode::kInvalidArgument, "prescale_factor and postscale_factor must be finite");
+  }
+  size_t n = tensorless ? 1 : args->num_tensors;
+  if (!tensorless && (n == 0 || args->tensors == nullptr)) {
+    throw_error(ErrorCode::kInvalidArgument, "no tensors given to enqueue");
+  }
+  std::unique_ptr<hvd_handle> h(new hvd_handle());
+  h->process_set_id = set.id();
+  h->alloc = HVD_FIELD(args, alloc, nullptr);
+  h->alloc_ctx = HVD_FIELD(args, alloc_ctx, nullptr);
+  h->on_done = HVD_FIELD(args, on_done, nullptr);
+  h->on_done_ctx = HVD_FIELD(args, on_done_ctx, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    TensorSlot slot;
+    RequestMeta& m = slot.meta;
+    m.collective = collective;
+    m.reduce_op = args->reduce_op;
+    m.root_rank = args->root_rank;
+    m.prescale = prescale;
+    m.postscale = postscale;
+    const hvd_tensor_args* ta = (args->tensors != nullptr && i < args->num_tensors) ? &args->tensors[i] : nullptr;
+    if (ta != nullptr) {
+      require_struct(ta->struct_size, offsetof(hvd_tensor_args, name_len) + sizeof(size_t), "hvd_tensor_args");
+      if (ta->name != nullptr && ta->name_len > 0) m.name.assign(ta->name, ta->name_len);
+    }
+    if (tensorless) {
+      m.dtype = DataType::kUInt8;
+      h->tensors.push_back(std::move(slot));
+      continue;
+    }
+    std::string what = std::string(collective_name(collective)) + " input" +
+                       (m.name.empty() ? "" : " '" + m.name + "'");
+    check_tensor(ta->input, what);
+    m.dtype = dtype_from_dlpack(ta->input->dtype);
+    m.shape = shape_of(*ta->input);
+    slot.input = static_cast<const char*>(ta->input->data) + ta->input->byte_offset;
+    if (collective == Collective::kAllgather || collective == Collective::kAlltoall ||
+        collective == Collective::kReducescatter) {
+      if (m.shape.empty()) {
+        throw_error(ErrorCode::kInvalidArgument, what + " is a scalar; " + collective_name(collective) +
+                                                     " needs a tensor with at least one dimension");
+      }
+    }
+    if (m.dtype == DataType::kBool && (collective == Collective::kAllreduce || collective == Collective::kReducescatter) &&
+        (args->reduce_op == HVD_OP_AVERAGE)) {
+      throw_error(ErrorCode::kUnsupported, what + " has dtype bool, which cannot be averaged; use op=Sum (logical or), Min or Max");
+    }
+    if (ta->output != nullptr) {
+      if (collective != Collective::kAllreduce && collective != Collective::kBroadcast) {
+        throw_error(ErrorCode::kInvalidArgument, std::string("an output tensor can only be given for allreduce and broadcast, not ") +
+                                                     collective_name(collective));
+      }
+      check_tensor(ta->output, std::string(collective_name(collective)) + " output");
+      if (shape_of(*ta->output) != m.shape || dtype_from_dlpack(ta->output->dtype) != m.dtype) {
+        throw_error(ErrorCode::kInvalidArgument, what + ": the output tensor " + shape_str(shape_of(*ta->output)) +
+                                                     " does not match the input " + shape_str(m.shape) + " in shape or dtype");
+      }
+      slot.output = static_cast<char*>(ta->output->data) + ta->output->byte_offset;
+    }
+    if (collective == Collective::kAlltoall) {
+      int64_t dim0 = m.shape[0];
+      if (ta->splits != nullptr) {
+        if (ta->num_splits != static_cast<size_t>(set.size())) {
+          throw_error(ErrorCode::kInvalidArgument, what + ": splits has " + std::to_string(ta->num_splits) +
+                                                       " entries, but the process set has " + std::to_string(set.size()) + " ranks");
+        }
+        int64_t sum = 0;
+        for (size_t s = 0; s < ta->num_splits; ++s) {
+          if (ta->splits[s] < 0) throw_error(ErrorCode::kInvalidArgument, what + ": splits must not be negative");
+          sum += ta->splits[s];
+        }
+        if (sum != dim0) {
+          throw_error(ErrorCode::kInvalidArgument, what + ": splits add up to " + std::to_string(sum) +
+                                                       " but the first dimension is " + std::to_string(dim0));
+        }
+        slot.splits.assign(ta->splits, ta->splits + ta->num_splits);
+      } else if (dim0 % set.size() != 0) {
+        throw_error(ErrorCode::kInvalidArgument, what + ": without splits, the first dimension (" + std::to_string(dim0) +
+                                                     ") must divide evenly by the number of ranks (" + std::to_string(set.size()) + ")");
+      }
+    }
+    h->tensors.push_back(std::move(slot));
+  }
+  (void)engine;
+  return h.release();
+}
+
+}  // namespace
+}  // namespace hvd
+
+#define HVD_API_BEGIN try {
+#define HVD_API_END                                                                        \
+  }                                                                                        \
+  catch (const hvd::Error& e) {                                                            \
+    return hvd::make_error(static_cast<hvd_error_code>(e.code()), e.what());              \
+  }                                                                                        \
+  catch (const std::bad_alloc&) {                                                          \
+    return hvd::make_error(HVD_ERROR_INTERNAL, "out of memory");                          \
+  }                                                                                        \
+  catch (const std::exception& e) {                                                        \
+    return hvd::make_error(HVD_ERROR_INTERNAL, std::string("internal error: ") + e.what()); \
+  }                                                                                        \
+  catch (...) {                                                                            \
+    return hvd::make_error(HVD_ERROR_INTERNAL, "internal error: unknown exception");      \
+  }                                                                                        \
+  return nullptr;
+
+using hvd::Engine;
+
+extern "C" {
+
+hvd_error_code hvd_error_get_code(const hvd_error* error) { return error ? error->code : HVD_SUCCESS; }
+
+const char* hvd_error_get_message(const hvd_error* error, size_t* length) {
+  if (error == nullptr) {
+    if (length) *length = 0;
+    return "";
+  }
+  if (length) *length = error->message.size();
+  return error->message.c_str();
+}
+
+void hvd_error_destroy(hvd_error* error) {
+  if (error != nullptr && error->message != "out of memory") delete error;
+}
+
+void hvd_get_api_version(int32_t* major, int32_t* minor) {
+  if (major) *major = HVD_API_MAJOR;
+  if (minor) *minor = HVD_API_MINOR;
+}
+
+const char* hvd_get_version_string(void) { return HVD_VERSION_STRING; }
+
+hvd_error* hvd_init(const hvd_init_args* args) {
+  HVD_API_BEGIN
+  if (args != nullptr) hvd::require_struct(args->struct_size, sizeof(size_t), "hvd_init_args");
+  Engine::init(args);
+  HVD_API_END
+}
+
+hvd_error* hvd_shutdown(void) {
+  HVD_API_BEGIN
+  Engine::shutdown();
+  HVD_API_END
+}
+
+int32_t hvd_is_initialized(void) {
+  try {
+    return Engine::initialized() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+hvd_error* hvd_get_topology(hvd_topology* out) {
+  HVD_API_BEGIN
+  if (out == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "topology is NULL");
+  hvd::require_struct(out->struct_size, HVD_TOPOLOGY_STRUCT_SIZE, "hvd_topology");
+  const auto& t = Engine::get()->topology();
+  out->rank = t.rank;
+  out->size = t.size;
+  out->local_rank = t.local_rank;
+  out->local_size = t.local_size;
+  out->cross_rank = t.cross_rank;
+  out->cross_size = t.cross_size;
+  out->is_homogeneous = t.homogeneous ? 1 : 0;
+  HVD_API_END
+}
+
+hvd_error* hvd_add_process_set(const int32_t* ranks, size_t num_ranks, int32_t* process_set_id) {
+  HVD_API_BEGIN
+  if (ranks == nullptr && num_ranks > 0) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "ranks is NULL");
+  std::vector<int> r(ranks, ranks + num_ranks);
+  int32_t id = Engine::get()->add_process_set(std::move(r));
+  if (process_set_id) *process_set_id = id;
+  HVD_API_END
+}
+
+hvd_error* hvd_remove_process_set(int32_t process_set_id) {
+  HVD_API_BEGIN
+  Engine::get()->remove_process_set(process_set_id);
+  HVD_API_END
+}
+
+hvd_error* hvd_get_process_set_info(hvd_process_set_info* info) {
+  HVD_API_BEGIN
+  if (info == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "info is NULL");
+  hvd::require_struct(info->struct_size, HVD_PROCESS_SET_INFO_STRUCT_SIZE, "hvd_process_set_info");
+  auto set = Engine::get()->process_set(info->process_set_id);
+  info->rank = set->member();
+  info->size = set->size();
+  if (info->ranks != nullptr) {
+    for (size_t i = 0; i < set->ranks().size() && i < info->ranks_capacity; ++i) info->ranks[i] = set->ranks()[i];
+  }
+  HVD_API_END
+}
+
+hvd_error* hvd_get_process_set_ids(int32_t* ids, size_t capacity, size_t* count) {
+  HVD_API_BEGIN
+  auto all = Engine::get()->process_set_ids();
+  for (size_t i = 0; i < all.size() && i < capacity && ids != nullptr; ++i) ids[i] = all[i];
+  if (count) *count = all.size();
+  HVD_API_END
+}
+
+hvd_error* hvd_enqueue(const hvd_enqueue_args* args, hvd_handle** handle) {
+  HVD_API_BEGIN
+  if (args == nullptr || handle == nullptr) {
+    hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "hvd_enqueue: args and handle must not be NULL");
+  }
+  *handle = nullptr;
+  auto engine = Engine::get();
+  auto set = engine->process_set(args->process_set_id);
+  if (set->member() < 0) {
+    hvd::throw_error(hvd::ErrorCode::kInvalidArgument,
+                     "rank " + std::to_string(engine->topology().rank) + " is not a member of process set " +
+                         std::to_string(args->process_set_id));
+  }
+  hvd_handle* h = hvd::build_handle(args, *engine, *set);
+  try {
+    set->enqueue(h);
+  } catch (...) {
+    delete h;
+    throw;
+  }
+  *handle = h;
+  HVD_API_END
+}
+
+int32_t hvd_handle_poll(const hvd_handle* handle) {
+  return handle != nullptr && handle->completed.load(std::memory_order_acquire) ? 1 : 0;
+}
+
+hvd_error* hvd_handle_wait(hvd_handle* handle, double timeout_seconds) {
+  HVD_API_BEGIN
+  if (handle == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "handle is NULL");
+  if (!hvd::handle_wait(handle, timeout_seconds)) {
+    hvd::throw_error(hvd::ErrorCode::kTimeout, "the operation did not complete within " +
+                                                   std::to_string(timeout_seconds) + " s; it is still in flight");
+  }
+  if (handle->failed) hvd::throw_error(handle->error_code, handle->error_message);
+  HVD_API_END
+}
+
+hvd_error* hvd_handle_get_result(hvd_handle* handle, hvd_result* result) {
+  HVD_API_BEGIN
+  if (handle == nullptr || result == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "handle or result is NULL");
+  hvd::require_struct(result->struct_size, HVD_RESULT_STRUCT_SIZE, "hvd_result");
+  if (!handle->completed.load(std::memory_order_acquire)) {
+    hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "the operation has not completed; wait for it first");
+  }
+  if (handle->failed) hvd::throw_error(handle->error_code, handle->error_message);
+  if (result->tensor_index >= handle->tensors.size()) {
+    hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "tensor_index " + std::to_string(result->tensor_index) +
+                                                           " is out of range");
+  }
+  auto& slot = handle->tensors[result->tensor_index];
+  result->output = nullptr;
+  if (slot.owned_result != nullptr && !slot.result_taken) {
+    result->output = slot.owned_result;
+    slot.result_taken = true;
+  }
+  result->received_splits = slot.received_splits.empty() ? nullptr : slot.received_splits.data();
+  result->num_received_splits = slot.received_splits.size();
+  result->last_joined_rank = handle->last_joined_rank;
+  HVD_API_END
+}
+
+void hvd_handle_release(hvd_handle* handle) {
+  if (handle != nullptr) hvd::handle_unref(handle);
+}
+
+hvd_error* hvd_start_timeline(const char* path, size_t path_len, int32_t mark_cycles) {
+  HVD_API_BEGIN
+  if (path == nullptr || path_len == 0) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "timeline path is empty");
+  Engine::get()->start_timeline(std::string(path, path_len), mark_cycles != 0);
+  HVD_API_END
+}
+
+hvd_error* hvd_stop_timeline(void) {
+  HVD_API_BEGIN
+  Engine::get()->stop_timeline();
+  HVD_API_END
+}
+
+}  // extern "C"

@@ -1,0 +1,88 @@
+// coordinator.h - negotiation on a process set's coordinator (member 0).
+//
+// Every member reports each tensor it wants to run. A tensor is ready when
+// every member that has not joined reported it; a group when all its tensors
+// are ready. Ready tensors are cross-checked (collective, dtype, shape, op,
+// root, scale factors, group) and turned into Responses; compatible
+// allreduces are fused up to HOROVOD_FUSION_THRESHOLD bytes. Responses go to
+// every member, which all execute them in the same order.
+//
+// This class is pure bookkeeping (no I/O, no threads), driven by the
+// process set's background thread, so it can be tested on its own.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/message.h"
+#include "engine/response_cache.h"
+
+namespace hvd {
+
+class Timeline;
+using Clock = std::chrono::steady_clock;
+
+struct CoordinatorConfig {
+  std::vector<int> global_ranks;  // member -> global rank, for messages
+  int64_t fusion_threshold_bytes = 128 << 20;
+  double cycle_time_seconds = 0.001;
+  size_t cache_capacity = 1024;
+  bool stall_check_enabled = true;
+  double stall_check_seconds = 60;
+  double stall_shutdown_seconds = 0;  // 0: never
+  int process_set_id = 0;
+};
+
+class Coordinator {
+ public:
+  Coordinator(CoordinatorConfig config, Timeline* timeline);
+
+  void add_request(int member, const RequestMeta& meta, Clock::time_point now);
+  // A member shut down cleanly: everything still pending, and everything
+  // later, fails on the remaining members.
+  void member_left(int member);
+  // The responses to run now, in order. When ready allreduces are held back
+  // to fuse with tensors that other ranks are about to submit (at most
+  // HOROVOD_CYCLE_TIME), *wake_at says when to call again.
+  std::vector<Response> take_responses(Clock::time_point now, Clock::time_point* wake_at);
+  // Warns about tensors some ranks submitted long ago and others did not.
+  // Returns a non-empty reason when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is
+  // exceeded: the process set must then fail.
+  std::string inspect_stalls(Clock::time_point now);
+  uint64_t cache_hits() const { return cache_.hits(); }
+
+ private:
+  struct Pending {
+    std::vector<RequestMeta> metas;
+    std::vector<char> have;
+    int count = 0;
+    bool complete = false;
+    Clock::time_point first_seen;
+    Clock::time_point last_warning;
+  };
+
+  int size() const { return static_cast<int>(config_.global_ranks.size()); }
+  void check_complete(const std::string& name);
+  Response build_response(const std::string& name, Pending& pending);
+  std::string validate(const std::string& name, const Pending& pending) const;
+  std::vector<Response> fuse(std::vector<Response> singles) const;
+  std::string rank_list(const std::vector<int>& members) const;
+  int64_t response_bytes(const Response& r) const;
+
+  CoordinatorConfig config_;
+  Timeline* timeline_;
+  ResponseCache cache_;
+  std::unordered_map<std::string, Pending> pending_;
+  std::vector<std::string> arrival_order_;  // first-seen order; may hold finished names
+  std::vector<std::string> ready_;
+  Clock::time_point ready_since_;
+  std::unordered_map<std::string, std::vector<std::string>> group_ready_;
+  std::vector<char> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+  std::vector<int> left_;  // members that shut down
+};
+
+}  // namespace hvd

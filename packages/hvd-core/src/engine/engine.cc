@@ -1,0 +1,376 @@
+// engine.cc - start-up, process-set registry and shutdown.
+//
+// Start-up contract (the same variables Horovod's Gloo mode uses):
+//   HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE,
+//   HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE, HOROVOD_HOSTNAME,
+//   HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT, and the
+//   job secret HOROVOD_SECRET_KEY. Under mpirun the rank comes from the MPI
+//   launcher (OMPI_COMM_WORLD_*, PMI_*). Nothing set: rank 0 of 1.
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "auth/hmac_sha256.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "net/connection_manager.h"
+#include "rendezvous/store.h"
+
+namespace hvd {
+namespace {
+
+std::mutex g_mu;  // guards g_engine and serialises init/shutdown
+std::shared_ptr<Engine> g_engine;
+uint64_t g_generation = 0;  // inits so far in this process; keeps store keys apart
+
+const char* kNotInitialized = "Horovod has not been initialized; use hvd.init().";
+
+// The first variable of `names` that is set, parsed as an integer.
+bool env_first_int(std::initializer_list<const char*> names, int* out) {
+  for (const char* n : names) {
+    if (env_is_set(n)) {
+      *out = static_cast<int>(env_int(n, 0));
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string local_hostname() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+std::shared_ptr<Engine> Engine::get() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_engine) throw_error(ErrorCode::kNotInitialized, kNotInitialized);
+  return g_engine;
+}
+
+bool Engine::initialized() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_engine != nullptr;
+}
+
+void Engine::init(const hvd_init_args* args) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_engine) return;
+  std::shared_ptr<Engine> engine(new Engine());
+  engine->start(args);
+  g_engine = std::move(engine);
+}
+
+void Engine::shutdown() {
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    engine.swap(g_engine);
+  }
+  if (engine) engine->stop();
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start(const hvd_init_args* args) {
+  const uint64_t generation = g_generation++;
+  Topology& t = topology_;
+  if (!env_first_int({"HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, &t.rank)) t.rank = 0;
+  if (!env_first_int({"HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &t.size)) t.size = 1;
+  if (t.size < 1 || t.rank < 0 || t.rank >= t.size) {
+    throw_error(ErrorCode::kInvalidArgument, "invalid rank " + std::to_string(t.rank) + " for size " +
+                                                 std::to_string(t.size) + " (HOROVOD_RANK / HOROVOD_SIZE)");
+  }
+  set_log_rank(t.size > 1 ? t.rank : -1);
+  const std::string hostname = env_string("HOROVOD_HOSTNAME", local_hostname());
+
+  config_.fusion_threshold_bytes = env_int("HOROVOD_FUSION_THRESHOLD", 128ll << 20);
+  config_.cycle_time_seconds = env_double("HOROVOD_CYCLE_TIME", 1.0) / 1000.0;
+  config_.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, env_int("HOROVOD_CACHE_CAPACITY", 1024)));
+  config_.stall_check_enabled = !env_bool("HOROVOD_STALL_CHECK_DISABLE", false);
+  config_.stall_check_seconds = env_double("HOROVOD_STALL_CHECK_TIME_SECONDS", 60);
+  config_.stall_shutdown_seconds = env_double("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0);
+  config_.peer_timeout_seconds = env_double("HOROVOD_PEER_TIMEOUT_SECONDS", 5);
+  config_.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", 30);
+  config_.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", false);
+  config_.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", true);
+  dynamic_process_sets_ = env_bool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
+  if (config_.peer_timeout_seconds <= 0) {
+    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");
+  }
+
+  std::string key_prefix = "g" + std::to_string(generation) + "/";
+  if (t.size == 1) {
+    store_ = std::make_unique<MemoryStore>();
+    t.hosts = {hostname};
+  } else {
+    const std::string addr = env_string("HOROVOD_GLOO_RENDEZVOUS_ADDR", "");
+    const int port = static_cast<int>(env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0));
+    const std::string secret = env_string("HOROVOD_SECRET_KEY", "");
+    if (addr.empty() || port <= 0) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  "rank " + std::to_string(t.rank) + " of " + std::to_string(t.size) +
+                      ": HOROVOD_GLOO_RENDEZVOUS_ADDR and HOROVOD_GLOO_RENDEZVOUS_PORT are not set. "
+                      "Start multi-process jobs with horovodrun (or set them to the job's rendezvous store).");
+    }
+    if (secret.empty()) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  "HOROVOD_SECRET_KEY is not set: every connection of a job must be authenticated "
+                  "with the job's secret. Start the job with horovodrun, which generates one.");
+    }
+    // Keys and shared-memory names derive from the secret, so they are
+    // unique per job and not guessable by other users of the machine.
+    key_prefix = to_hex(sha256(secret.data(), secret.size())).substr(0, 16) + "/" + key_prefix;
+    store_ = make_http_store(addr, port, secret);
+    std::string advertise = local_address_towards(addr, port, env_string("HOROVOD_GLOO_IFACE", ""));
+    connections_ = std::make_unique<ConnectionManager>(t.rank, secret, advertise, config_.connect_timeout_seconds);
+    PrefixStore store(*store_, key_prefix);
+    std::ostringstream me;
+    me << hostname << "\n" << connections_->address() << "\n" << ::getpid();
+    store.set("peer/" + std::to_string(t.rank), me.str());
+    std::vector<std::string> addresses(static_cast<size_t>(t.size));
+    t.hosts.resize(static_cast<size_t>(t.size));
+    for (int r = 0; r < t.size; ++r) {
+      std::string info = store.get("peer/" + std::to_string(r), config_.connect_timeout_seconds);
+      std::istringstream in(info);
+      std::getline(in, t.hosts[static_cast<size_t>(r)]);
+      std::getline(in, addresses[static_cast<size_t>(r)]);
+    }
+    connections_->set_peer_addresses(addresses);
+  }
+
+  // Local and cross topology: from the launcher when given, else derived
+  // from the host names every rank published.
+  std::vector<int> same_host;
+  for (int r = 0; r < t.size; ++r) {
+    if (t.hosts[static_cast<size_t>(r)] == hostname) same_host.push_back(r);
+  }
+  int derived_local_rank = static_cast<int>(std::find(same_host.begin(), same_host.end(), t.rank) - same_host.begin());
+  if (!env_first_int({"HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &t.local_rank)) {
+    t.local_rank = derived_local_rank;
+  }
+  if (!env_first_int({"HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, &t.local_size)) {
+    t.local_size = static_cast<int>(same_host.size());
+  }
+  std::vector<std::string> host_order;
+  std::map<std::string, int> host_counts;
+  for (const auto& h : t.hosts) {
+    if (!host_counts.count(h)) host_order.push_back(h);
+    ++host_counts[h];
+  }
+  // Cross rank: this rank's position among the ranks with its local rank.
+  int derived_cross_rank = 0, derived_cross_size = 0;
+  {
+    std::map<std::string, int> seen;
+    for (int r = 0; r < t.size; ++r) {
+      int lr = seen[t.hosts[static_cast<size_t>(r)]]++;
+      if (lr == derived_local_rank) {
+        if (r == t.rank) derived_cross_rank = derived_cross_size;
+        ++derived_cross_size;
+      }
+    }
+  }
+  if (!env_first_int({"HOROVOD_CROSS_RANK"}, &t.cross_rank)) t.cross_rank = derived_cross_rank;
+  if (!env_first_int({"HOROVOD_CROSS_SIZE"}, &t.cross_size)) t.cross_size = derived_cross_size;
+  t.homogeneous = true;
+  for (const auto& [h, n] : host_counts) t.homogeneous = t.homogeneous && n == host_counts.begin()->second;
+  // Spinning only pays when every local rank can have a core to itself.
+  config_.spin = static_cast<unsigned>(host_counts[hostname]) <= std::max(1u, std::thread::hardware_concurrency());
+
+  context_.config = config_;
+  context_.global_rank = t.rank;
+  context_.hosts = t.hosts;
+  context_.store = store_.get();
+  context_.connections = connections_.get();
+  context_.timeline = t.rank == 0 ? &timeline_ : nullptr;
+  context_.key_prefix = key_prefix;
+  context_.on_fatal = [this](const std::string& reason) { abort_all(reason); };
+
+  if (t.rank == 0 && env_is_set("HOROVOD_TIMELINE")) {
+    timeline_.start(env_string("HOROVOD_TIMELINE", ""), env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false));
+  }
+
+  std::vector<int> all(static_cast<size_t>(t.size));
+  for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
+  create_process_set(0, all);
+  if (args != nullptr && args->struct_size > offsetof(hvd_init_args, num_process_sets)) {
+    size_t offset = 0;
+    for (size_t i = 0; i < args->num_process_sets; ++i) {
+      int32_t n = args->process_set_sizes[i];
+      std::vector<int> ranks(args->process_set_ranks + offset, args->process_set_ranks + offset + n);
+      offset += static_cast<size_t>(n);
+      std::sort(ranks.begin(), ranks.end());
+      for (int r : ranks) {
+        if (r < 0 || r >= t.size) {
+          throw_error(ErrorCode::kInvalidArgument, "process set " + std::to_string(i + 1) + " names rank " +
+                                                       std::to_string(r) + ", but the job has " +
+                                                       std::to_string(t.size) + " ranks");
+        }
+      }
+      create_process_set(next_set_id_++, ranks);
+    }
+  }
+  HVD_LOG(kInfo, "initialized: rank " << t.rank << " of " << t.size << ", local rank " << t.local_rank << " of "
+                                      << t.local_size << ", host " << hostname);
+}
+
+std::shared_ptr<ProcessSetRuntime> Engine::create_process_set(int32_t id, std::vector<int> ranks) {
+  auto runtime = std::make_shared<ProcessSetRuntime>(context_, id, std::move(ranks));
+  runtime->start();
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[id] = runtime;
+  return runtime;
+}
+
+void Engine::stop() {
+  std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets.swap(sets_);
+  }
+  // Non-global sets first: the global set's goodbye ends the job for peers.
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) it->second->stop();
+  sets.clear();
+  timeline_.stop();
+  connections_.reset();
+  store_.reset();
+}
+
+void Engine::abort_all(const std::string& reason) {
+  std::vector<std::shared_ptr<ProcessSetRuntime>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, s] : sets_) sets.push_back(s);
+  }
+  for (auto& s : sets) s->abort(reason);
+}
+
+std::shared_ptr<ProcessSetRuntime> Engine::process_set(int32_t id) {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    throw_error(ErrorCode::kInvalidArgument, "process set " + std::to_string(id) +
+                                                 " does not exist (it was never added, or it was removed)");
+  }
+  return it->second;
+}
+
+std::vector<int32_t> Engine::process_set_ids() {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  std::vector<int32_t> ids;
+  for (auto& [id, s] : sets_) ids.push_back(id);
+  return ids;
+}
+
+std::vector<std::vector<int32_t>> Engine::allgather_on_global_set(const std::vector<int32_t>& values,
+                                                                  const std::string& name) {
+  auto global = process_set(0);
+  std::vector<int64_t> shape{static_cast<int64_t>(values.size())};
+  auto* h = new hvd_handle();
+  TensorSlot slot;
+  slot.meta.name = name;
+  slot.meta.collective = Collective::kAllgather;
+  slot.meta.dtype = DataType::kInt32;
+  slot.meta.shape = shape;
+  slot.input = values.data();
+  h->tensors.push_back(std::move(slot));
+  try {
+    global->enqueue(h);
+  } catch (...) {
+    delete h;
+    throw;
+  }
+  handle_wait(h, -1);
+  if (h->failed) {
+    Error e(h->error_code, h->error_message);
+    handle_unref(h);
+    throw e;
+  }
+  // Every rank's values have the same length here only if they agree; the
+  // first dimensions tell each rank's share.
+  const int32_t* data = static_cast<const int32_t*>(h->tensors[0].result_data);
+  int64_t total = h->tensors[0].owned_result->dl_tensor.shape[0];
+  std::vector<std::vector<int32_t>> out;
+  // Each rank sent [n, v1..vn]: split the concatenation back up.
+  int64_t pos = 0;
+  while (pos < total) {
+    int32_t n = data[pos];
+    out.emplace_back(data + pos + 1, data + pos + 1 + n);
+    pos += 1 + n;
+  }
+  handle_unref(h);
+  return out;
+}
+
+int32_t Engine::add_process_set(std::vector<int> ranks) {
+  if (!dynamic_process_sets_) {
+    throw_error(ErrorCode::kInvalidArgument,
+                "dynamic process sets are disabled: set HOROVOD_DYNAMIC_PROCESS_SETS=1 before hvd.init(), "
+                "or pass process_sets= to hvd.init()");
+  }
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks.empty() || std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end() || ranks.front() < 0 ||
+      ranks.back() >= topology_.size) {
+    throw_error(ErrorCode::kInvalidArgument, "a process set needs distinct ranks in [0, " +
+                                                 std::to_string(topology_.size) + ")");
+  }
+  std::vector<int32_t> proposal{static_cast<int32_t>(ranks.size())};
+  proposal.insert(proposal.end(), ranks.begin(), ranks.end());
+  auto all = allgather_on_global_set(proposal, "process_set.add." + std::to_string(internal_ops_++));
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] != all[0]) {
+      throw_error(ErrorCode::kInvalidArgument, "add_process_set was called with different ranks on rank 0 and rank " +
+                                                   std::to_string(r) + ": every rank must add the same process set");
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, s] : sets_) {
+      if (s->ranks() == ranks) {
+        throw_error(ErrorCode::kInvalidArgument, "a process set with these ranks already exists (id " +
+                                                     std::to_string(id) + ")");
+      }
+    }
+  }
+  int32_t id = next_set_id_++;
+  create_process_set(id, ranks);
+  return id;
+}
+
+void Engine::remove_process_set(int32_t id) {
+  if (!dynamic_process_sets_) {
+    throw_error(ErrorCode::kInvalidArgument,
+                "dynamic process sets are disabled: set HOROVOD_DYNAMIC_PROCESS_SETS=1 before hvd.init()");
+  }
+  if (id == 0) throw_error(ErrorCode::kInvalidArgument, "the global process set (id 0) cannot be removed");
+  auto runtime = process_set(id);
+  auto all = allgather_on_global_set({1, id}, "process_set.remove." + std::to_string(internal_ops_++));
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] != all[0]) {
+      throw_error(ErrorCode::kInvalidArgument, "remove_process_set was called with different ids on rank 0 and rank " +
+                                                   std::to_string(r));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets_.erase(id);
+  }
+  runtime->stop();
+}
+
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  if (topology_.rank != 0) return;
+  timeline_.start(path, mark_cycles);
+}
+
+void Engine::stop_timeline() { timeline_.stop(); }
+
+}  // namespace hvd

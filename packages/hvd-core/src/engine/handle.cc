@@ -1,0 +1,115 @@
+// handle.cc - completion, waiting and result ownership of hvd_handle.
+#include "engine/handle.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace hvd {
+namespace {
+
+struct OwnedTensor {
+  DLManagedTensor managed;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+};
+
+void owned_tensor_deleter(DLManagedTensor* self) {
+  auto* owned = static_cast<OwnedTensor*>(self->manager_ctx);
+  std::free(owned->data);
+  delete owned;
+}
+
+}  // namespace
+
+DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype) {
+  auto* owned = new OwnedTensor();
+  owned->shape = shape;
+  size_t bytes = dtype_size(dtype);
+  for (auto d : shape) bytes *= static_cast<size_t>(d);
+  // 64-byte alignment suits vectorised kernels and every framework's importer.
+  size_t alloc_bytes = ((bytes + 63) / 64) * 64;
+  owned->data = std::aligned_alloc(64, alloc_bytes == 0 ? 64 : alloc_bytes);
+  if (owned->data == nullptr) {
+    delete owned;
+    throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
+  }
+  DLTensor& t = owned->managed.dl_tensor;
+  t.data = owned->data;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(shape.size());
+  t.dtype = dtype_to_dlpack(dtype);
+  t.shape = owned->shape.data();
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  owned->managed.manager_ctx = owned;
+  owned->managed.deleter = owned_tensor_deleter;
+  return &owned->managed;
+}
+
+}  // namespace hvd
+
+hvd_handle::~hvd_handle() {
+  for (auto& t : tensors) {
+    if (t.owned_result != nullptr && !t.result_taken) t.owned_result->deleter(t.owned_result);
+  }
+}
+
+namespace hvd {
+
+void handle_unref(hvd_handle* handle) {
+  if (handle->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete handle;
+}
+
+static void finish(hvd_handle* handle) {
+  {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    handle->completed.store(true, std::memory_order_release);
+  }
+  handle->cv.notify_all();
+  if (handle->on_done != nullptr) handle->on_done(handle->on_done_ctx, handle);
+  handle_unref(handle);
+}
+
+void handle_complete_tensor(hvd_handle* handle, size_t index, const Error* error) {
+  (void)index;
+  if (error != nullptr && !handle->failed) {
+    handle->failed = true;
+    handle->error_code = error->code();
+    handle->error_message = error->what();
+  }
+  if (handle->remaining == 0) return;  // already finished (defensive)
+  if (--handle->remaining == 0) finish(handle);
+}
+
+void handle_fail_all(hvd_handle* handle, const Error& error) {
+  if (handle->remaining == 0) return;
+  if (!handle->failed) {
+    handle->failed = true;
+    handle->error_code = error.code();
+    handle->error_message = error.what();
+  }
+  handle->remaining = 0;
+  finish(handle);
+}
+
+bool handle_wait(hvd_handle* handle, double timeout_seconds) {
+  if (handle->completed.load(std::memory_order_acquire)) return true;
+  // A short spin catches small collectives that finish within microseconds
+  // without paying for a futex sleep and wake-up.
+  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  while (std::chrono::steady_clock::now() < spin_until) {
+    if (handle->completed.load(std::memory_order_acquire)) return true;
+    std::this_thread::yield();
+  }
+  std::unique_lock<std::mutex> lock(handle->mu);
+  auto done = [&] { return handle->completed.load(std::memory_order_acquire); };
+  if (timeout_seconds < 0) {
+    handle->cv.wait(lock, done);
+    return true;
+  }
+  return handle->cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds), done);
+}
+
+}  // namespace hvd

@@ -1,0 +1,73 @@
+// handle.h - one enqueued operation (a single tensor or a group) and the
+// handle the caller waits on. The C ABI's opaque `hvd_handle` is this struct.
+// It is reference counted: the caller holds one reference until
+// hvd_handle_release(), the engine holds one until completion has been
+// signalled and the completion callback has returned.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "engine/message.h"
+#include "hvd/c_api.h"
+
+namespace hvd {
+
+// A core-owned result tensor handed out as a DLManagedTensor.
+DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype);
+
+struct TensorSlot {
+  RequestMeta meta;
+  const void* input = nullptr;  // data + byte_offset of the caller's input
+  void* output = nullptr;       // caller-provided output (allreduce/broadcast), or null
+  std::vector<int64_t> splits;  // alltoall
+  // Results.
+  DLManagedTensor* owned_result = nullptr;  // when the core allocated it
+  void* result_data = nullptr;              // where the result was written
+  std::vector<int64_t> received_splits;
+  bool result_taken = false;
+};
+
+}  // namespace hvd
+
+struct hvd_handle {
+  std::atomic<int> refs{2};  // caller + engine
+  int32_t process_set_id = 0;
+  std::vector<hvd::TensorSlot> tensors;
+  hvd_alloc_fn alloc = nullptr;
+  void* alloc_ctx = nullptr;
+  hvd_done_fn on_done = nullptr;
+  void* on_done_ctx = nullptr;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> completed{false};
+  size_t remaining = 0;  // tensors not yet completed (engine thread only)
+  bool failed = false;
+  hvd::ErrorCode error_code = hvd::ErrorCode::kInternal;
+  std::string error_message;
+  int32_t last_joined_rank = -1;
+
+  ~hvd_handle();
+};
+
+namespace hvd {
+
+// Drops one reference; frees the handle at zero.
+void handle_unref(hvd_handle* handle);
+// Records the outcome of tensor `index` (error == nullptr for success). When
+// it was the last outstanding tensor, wakes waiters, runs the callback and
+// drops the engine's reference.
+void handle_complete_tensor(hvd_handle* handle, size_t index, const Error* error);
+// Fails every tensor that is still outstanding.
+void handle_fail_all(hvd_handle* handle, const Error& error);
+// Blocks until completion or timeout; returns false on timeout.
+bool handle_wait(hvd_handle* handle, double timeout_seconds);
+
+}  // namespace hvd

@@ -1,0 +1,81 @@
+// message.h - what ranks tell the coordinator (RequestMeta) and what the
+// coordinator tells every rank to run (Response), plus their wire format.
+// A Response is executed by every member of the process set in the order
+// the coordinator emitted it, which is what keeps the ranks in lock-step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "hvd/c_api.h"
+
+namespace hvd {
+
+enum class Collective : uint8_t {
+  kAllreduce = HVD_ALLREDUCE,
+  kAllgather = HVD_ALLGATHER,
+  kBroadcast = HVD_BROADCAST,
+  kAlltoall = HVD_ALLTOALL,
+  kReducescatter = HVD_REDUCESCATTER,
+  kBarrier = HVD_BARRIER,
+  kJoin = HVD_JOIN,
+};
+
+const char* collective_name(Collective c);        // "allreduce", ...
+std::string collective_upper_name(Collective c);  // "ALLREDUCE", for the timeline
+
+// One tensor of one rank's request, as sent to the coordinator.
+struct RequestMeta {
+  std::string name;
+  Collective collective = Collective::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  int32_t reduce_op = HVD_OP_SUM;  // hvd_reduce_op
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  // Grouped collectives: every tensor of a group carries the group's key
+  // (the first tensor's name) and its size; the group is released as a unit.
+  std::string group_key;
+  int32_t group_size = 0;
+};
+
+struct Response {
+  enum class Kind : uint8_t { kExecute = 0, kError = 1 };
+  Kind kind = Kind::kExecute;
+  Collective collective = Collective::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  int32_t reduce_op = HVD_OP_SUM;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<std::string> names;
+  // Per tensor: the agreed shape (allgather: with rank 0's first dimension).
+  std::vector<std::vector<int64_t>> shapes;
+  // Allgather: per tensor, the first dimension of every member.
+  std::vector<std::vector<int64_t>> first_dims;
+  // Members that have joined: they take part with zeros (allreduce) or no
+  // rows (allgather).
+  std::vector<int32_t> joined_ranks;
+  int32_t last_joined_rank = -1;  // join
+  std::string error_message;      // kError
+  int32_t error_code = HVD_ERROR_PRECONDITION;  // kError: an hvd_error_code
+};
+
+// Control-channel message types.
+enum class MessageType : uint8_t {
+  kRequests = 1,   // worker -> coordinator: vector<RequestMeta>
+  kResponses = 2,  // coordinator -> worker: vector<Response>
+  kHeartbeat = 3,  // both ways, when idle
+  kGoodbye = 4,    // clean shutdown of the sender
+  kAbort = 5,      // coordinator -> worker: the job failed; payload: reason
+};
+
+std::string encode_requests(const std::vector<RequestMeta>& requests);
+std::vector<RequestMeta> decode_requests(const std::string& payload);
+std::string encode_responses(const std::vector<Response>& responses);
+std::vector<Response> decode_responses(const std::string& payload);
+
+}  // namespace hvd

@@ -1,0 +1,471 @@
+// process_set.cc - the background loop of one process set.
+//
+// Coordinator (member 0):  local queue + workers' requests -> Coordinator
+//                          -> responses sent to every worker -> executed here.
+// Worker:                  local queue -> requests to the coordinator;
+//                          responses from the coordinator -> executed here.
+// Both send heartbeats when idle and treat silence longer than
+// HOROVOD_PEER_TIMEOUT_SECONDS as a dead peer.
+#include "engine/process_set.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.h"
+#include "engine/executor.h"
+#include "engine/timeline.h"
+#include "net/connection_manager.h"
+#include "ops/reduce.h"
+#include "rendezvous/store.h"
+#include "transport/communicator.h"
+
+namespace hvd {
+namespace {
+
+// A set of one rank: every collective is a local copy.
+class SoloCommunicator : public Communicator {
+ public:
+  void allreduce(void*, size_t, DataType, ReduceOp) override {}
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    if (bytes[0] > 0 && in != out) std::memcpy(out, in, bytes[0]);
+  }
+  void broadcast(void*, size_t, int) override {}
+  void alltoallv(const void* in, const std::vector<size_t>& send, void* out, const std::vector<size_t>&) override {
+    if (send[0] > 0 && in != out) std::memcpy(out, in, send[0]);
+  }
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp) override {
+    if (counts[0] > 0 && in != out) std::memcpy(out, in, counts[0] * dtype_size(dtype));
+  }
+  void barrier() override {}
+  void abort(const std::string&) override {}
+  std::string transport_name() const override { return "LOCAL"; }
+};
+
+constexpr auto kSpinWindow = std::chrono::microseconds(60);
+constexpr auto kRecentActivity = std::chrono::milliseconds(5);
+constexpr auto kMaxSleep = std::chrono::milliseconds(100);
+
+const char* kShutDownMessage =
+    "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
+    "exited or failed; if a rank failed, its error is in the log before this message.";
+
+}  // namespace
+
+ProcessSetRuntime::ProcessSetRuntime(const ProcessSetContext& context, int32_t id, std::vector<int> ranks)
+    : context_(context), id_(id), ranks_(std::move(ranks)) {
+  auto it = std::find(ranks_.begin(), ranks_.end(), context_.global_rank);
+  if (it != ranks_.end()) member_ = static_cast<int>(it - ranks_.begin());
+  key_ = context_.key_prefix + "ps" + std::to_string(id_);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+ProcessSetRuntime::~ProcessSetRuntime() {
+  stop();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void ProcessSetRuntime::start() {
+  if (member_ < 0) return;
+  const auto& cfg = context_.config;
+  if (size() == 1) {
+    comm_ = std::make_unique<SoloCommunicator>();
+  } else {
+    CommOptions options;
+    options.key = key_;
+    options.rank = member_;
+    options.global_ranks = ranks_;
+    for (int r : ranks_) options.hosts.push_back(context_.hosts[static_cast<size_t>(r)]);
+    options.timeout_seconds = cfg.peer_timeout_seconds;
+    options.allow_shm = cfg.allow_shm;
+    options.hierarchical = cfg.hierarchical;
+    comm_ = create_communicator(options, *context_.store, *context_.connections);
+  }
+  Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
+  executor_ = std::make_unique<Executor>(*comm_, timeline);
+  if (member_ == 0) {
+    CoordinatorConfig cc;
+    cc.global_ranks = ranks_;
+    cc.fusion_threshold_bytes = cfg.fusion_threshold_bytes;
+    cc.cycle_time_seconds = cfg.cycle_time_seconds;
+    cc.cache_capacity = cfg.cache_capacity;
+    cc.stall_check_enabled = cfg.stall_check_enabled;
+    cc.stall_check_seconds = cfg.stall_check_seconds;
+    cc.stall_shutdown_seconds = cfg.stall_shutdown_seconds;
+    cc.process_set_id = id_;
+    coordinator_ = std::make_unique<Coordinator>(cc, timeline);
+    channels_.resize(ranks_.size());
+    for (size_t m = 1; m < ranks_.size(); ++m) {
+      channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl"),
+                                    "rank " + std::to_string(ranks_[m]), cfg.peer_timeout_seconds);
+    }
+  } else if (size() > 1) {
+    channels_.emplace_back(context_.connections->connect(ranks_[0], key_ + "/ctrl"),
+                           "rank " + std::to_string(ranks_[0]) + " (coordinator of process set " +
+                               std::to_string(id_) + ")",
+                           cfg.peer_timeout_seconds);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ProcessSetRuntime::enqueue(hvd_handle* handle) {
+  handle->remaining = handle->tensors.size();
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  if (member_ < 0) {
+    throw_error(ErrorCode::kInvalidArgument, "rank " + std::to_string(context_.global_rank) +
+                                                 " is not a member of process set " + std::to_string(id_));
+  }
+  if (closed_) {
+    Error error(closed_code_, closed_reason_);
+    lock.unlock();
+    handle_fail_all(handle, error);
+    return;
+  }
+  std::vector<std::string> names;
+  for (auto& t : handle->tensors) {
+    if (t.meta.collective == Collective::kJoin) {
+      t.meta.name = "join";
+    } else if (t.meta.name.empty()) {
+      uint64_t n = noname_counters_[static_cast<int>(t.meta.collective)]++;
+      t.meta.name = std::string(collective_name(t.meta.collective)) + ".noname." + std::to_string(n);
+    }
+    if (names_in_flight_.count(t.meta.name) ||
+        std::find(names.begin(), names.end(), t.meta.name) != names.end()) {
+      throw_error(ErrorCode::kDuplicateName,
+                  "Requested to " + std::string(collective_name(t.meta.collective)) + " a tensor named '" +
+                      t.meta.name + "' while another tensor with the same name is still being processed " +
+                      "in process set " + std::to_string(id_) + ". Wait for it to finish or use a different name.");
+    }
+    names.push_back(t.meta.name);
+  }
+  if (handle->tensors.size() > 1) {
+    for (auto& t : handle->tensors) {
+      t.meta.group_key = handle->tensors[0].meta.name;
+      t.meta.group_size = static_cast<int32_t>(handle->tensors.size());
+    }
+  }
+  for (auto& n : names) names_in_flight_.insert(n);
+  queue_.push_back(handle);
+  queue_nonempty_.store(true);
+  lock.unlock();
+  if (sleeping_.load()) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+}
+
+void ProcessSetRuntime::stop() {
+  stop_requested_.store(true);
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+  (void)ignored;
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProcessSetRuntime::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+  }
+  abort_requested_.store(true);
+  if (comm_) comm_->abort(reason);
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+void ProcessSetRuntime::release_name(const std::string& name) {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  names_in_flight_.erase(name);
+}
+
+void ProcessSetRuntime::loop() {
+  last_activity_ = Clock::now();
+  next_stall_check_ = last_activity_ + std::chrono::seconds(1);
+  wake_at_ = Clock::time_point::max();
+  while (!finished_) {
+    try {
+      if (member_ == 0) step_coordinator();
+      else step_worker();
+    } catch (const Error& e) {
+      fail(e.what());
+    } catch (const std::exception& e) {
+      fail(std::string("unexpected error in the background thread of process set ") + std::to_string(id_) +
+           ": " + e.what());
+    }
+  }
+}
+
+void ProcessSetRuntime::wait_for_work(Clock::time_point deadline) {
+  auto ready_now = [&] {
+    return queue_nonempty_.load() || stop_requested_.load() || abort_requested_.load();
+  };
+  if (ready_now()) return;
+  std::vector<pollfd> fds;
+  fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+  for (auto& ch : channels_) {
+    if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+  }
+  auto now = Clock::now();
+  if (context_.config.spin && now - last_activity_ < kRecentActivity) {
+    // Busy-poll briefly: back-to-back small collectives then cost no sleep
+    // and wake-up, which would dominate their latency.
+    auto spin_end = std::min(deadline, now + kSpinWindow);
+    while (Clock::now() < spin_end) {
+      if (ready_now()) return;
+      if (::poll(fds.data(), fds.size(), 0) > 0) return;
+      sched_yield();
+    }
+  }
+  sleeping_.store(true);
+  if (ready_now()) {
+    sleeping_.store(false);
+    return;
+  }
+  now = Clock::now();
+  auto wait = std::min(deadline, now + kMaxSleep) - now;
+  if (wait < Clock::duration::zero()) wait = Clock::duration::zero();
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+  sleeping_.store(false);
+  uint64_t drained;
+  ssize_t ignored = ::read(wake_fd_, &drained, sizeof(drained));
+  (void)ignored;
+}
+
+void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
+  std::vector<hvd_handle*> taken;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    taken.swap(queue_);
+    queue_nonempty_.store(false);
+  }
+  for (hvd_handle* h : taken) {
+    for (size_t i = 0; i < h->tensors.size(); ++i) {
+      const RequestMeta& meta = h->tensors[i].meta;
+      if (meta.collective == Collective::kJoin) join_handle_ = h;
+      else in_flight_[meta.name] = LocalTensor{h, i};
+      metas->push_back(meta);
+    }
+  }
+}
+
+void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
+  for (const auto& r : responses) {
+    if (r.collective == Collective::kJoin && r.kind == Response::Kind::kExecute) {
+      if (join_handle_ != nullptr) {
+        hvd_handle* h = join_handle_;
+        join_handle_ = nullptr;
+        h->last_joined_rank = r.last_joined_rank;
+        release_name("join");
+        handle_complete_tensor(h, 0, nullptr);
+      }
+      continue;
+    }
+    if (r.kind == Response::Kind::kError) {
+      Error error(static_cast<ErrorCode>(r.error_code), r.error_message);
+      for (const auto& name : r.names) {
+        auto it = in_flight_.find(name);
+        if (it == in_flight_.end()) continue;
+        LocalTensor local = it->second;
+        in_flight_.erase(it);
+        release_name(name);
+        handle_complete_tensor(local.handle, local.index, &error);
+      }
+      continue;
+    }
+    std::vector<LocalTensor> locals;
+    locals.reserve(r.names.size());
+    bool joined = std::find(r.joined_ranks.begin(), r.joined_ranks.end(), member_) != r.joined_ranks.end();
+    for (const auto& name : r.names) {
+      auto it = in_flight_.find(name);
+      if (it != in_flight_.end()) {
+        locals.push_back(it->second);
+      } else if (joined) {
+        locals.push_back(LocalTensor{});
+      } else {
+        throw_error(ErrorCode::kInternal, "the coordinator scheduled tensor '" + name +
+                                              "' which this rank never submitted (protocol error)");
+      }
+    }
+    // Names are free again before completion, so a caller woken by the
+    // completion may immediately reuse the name.
+    for (const auto& name : r.names) {
+      if (in_flight_.count(name)) release_name(name);
+    }
+    executor_->run(r, locals);
+    for (const auto& name : r.names) in_flight_.erase(name);
+  }
+  last_activity_ = Clock::now();
+  // A collective that completed proves its peers alive.
+  for (auto& ch : channels_) ch.touch_received();
+}
+
+void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
+  const double timeout = context_.config.peer_timeout_seconds;
+  const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout / 5));
+  const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  for (auto& ch : channels_) {
+    if (!ch.open()) continue;
+    if (now - ch.last_sent() > interval) ch.send(MessageType::kHeartbeat, "");
+    if (now - ch.last_received() > limit) {
+      throw_error(ErrorCode::kInternal,
+                  ch.peer() + " sent nothing for " + std::to_string(static_cast<int>(timeout)) +
+                      " s: it is frozen, unreachable or dead (HOROVOD_PEER_TIMEOUT_SECONDS=" +
+                      std::to_string(timeout) + ")");
+    }
+  }
+}
+
+void ProcessSetRuntime::step_coordinator() {
+  auto now = Clock::now();
+  auto deadline = std::min(wake_at_, now + kMaxSleep);
+  wait_for_work(deadline);
+  if (abort_requested_.load()) {
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      reason = abort_reason_;
+    }
+    fail(reason);
+    return;
+  }
+  if (stop_requested_.load()) {
+    for (auto& ch : channels_) {
+      if (!ch.open()) continue;
+      try {
+        ch.send(MessageType::kGoodbye, "");
+      } catch (const Error&) {
+        // The worker is gone already; nothing to tell it.
+      }
+    }
+    fail_everything(Error(ErrorCode::kInternal, kShutDownMessage));
+    finished_ = true;
+    return;
+  }
+  now = Clock::now();
+  std::vector<RequestMeta> metas;
+  drain_queue(&metas);
+  for (const auto& m : metas) coordinator_->add_request(0, m, now);
+  MessageType type;
+  std::string payload;
+  for (size_t m = 1; m < channels_.size(); ++m) {
+    while (channels_[m].open() && channels_[m].try_receive(&type, &payload)) {
+      if (type == MessageType::kRequests) {
+        for (const auto& meta : decode_requests(payload)) coordinator_->add_request(static_cast<int>(m), meta, now);
+      } else if (type == MessageType::kGoodbye) {
+        coordinator_->member_left(static_cast<int>(m));
+        channels_[m].close();
+      }
+    }
+  }
+  wake_at_ = Clock::time_point::max();
+  auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
+  if (!responses.empty()) {
+    std::string encoded = encode_responses(responses);
+    for (size_t m = 1; m < channels_.size(); ++m) {
+      if (channels_[m].open()) channels_[m].send(MessageType::kResponses, encoded);
+    }
+    execute(responses);
+  }
+  now = Clock::now();
+  check_heartbeats(now);
+  if (now >= next_stall_check_) {
+    next_stall_check_ = now + std::chrono::seconds(1);
+    std::string fatal = coordinator_->inspect_stalls(now);
+    if (!fatal.empty()) throw_error(ErrorCode::kInternal, fatal);
+  }
+}
+
+void ProcessSetRuntime::step_worker() {
+  wait_for_work(Clock::now() + kMaxSleep);
+  if (abort_requested_.load()) {
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      reason = abort_reason_;
+    }
+    fail(reason);
+    return;
+  }
+  if (stop_requested_.load()) {
+    if (!channels_.empty() && channels_[0].open()) {
+      try {
+        channels_[0].send(MessageType::kGoodbye, "");
+      } catch (const Error&) {
+      }
+    }
+    fail_everything(Error(ErrorCode::kInternal, kShutDownMessage));
+    finished_ = true;
+    return;
+  }
+  std::vector<RequestMeta> metas;
+  drain_queue(&metas);
+  if (!metas.empty()) channels_[0].send(MessageType::kRequests, encode_requests(metas));
+  MessageType type;
+  std::string payload;
+  while (channels_[0].open() && channels_[0].try_receive(&type, &payload)) {
+    if (type == MessageType::kResponses) {
+      execute(decode_responses(payload));
+    } else if (type == MessageType::kGoodbye) {
+      channels_[0].close();
+      throw_error(ErrorCode::kInternal, "rank " + std::to_string(ranks_[0]) +
+                                            " (coordinator of process set " + std::to_string(id_) +
+                                            ") has shut down. " + kShutDownMessage);
+    } else if (type == MessageType::kAbort) {
+      channels_[0].close();
+      throw_error(ErrorCode::kInternal, payload);
+    }
+  }
+  check_heartbeats(Clock::now());
+}
+
+void ProcessSetRuntime::fail_everything(const Error& error) {
+  std::vector<hvd_handle*> queued;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    closed_ = true;
+    closed_code_ = error.code();
+    closed_reason_ = error.what();
+    queued.swap(queue_);
+    queue_nonempty_.store(false);
+    names_in_flight_.clear();
+  }
+  std::vector<hvd_handle*> handles = queued;
+  for (auto& [name, local] : in_flight_) {
+    if (std::find(handles.begin(), handles.end(), local.handle) == handles.end()) handles.push_back(local.handle);
+  }
+  if (join_handle_ != nullptr && std::find(handles.begin(), handles.end(), join_handle_) == handles.end()) {
+    handles.push_back(join_handle_);
+  }
+  in_flight_.clear();
+  join_handle_ = nullptr;
+  for (hvd_handle* h : handles) handle_fail_all(h, error);
+}
+
+void ProcessSetRuntime::fail(const std::string& reason) {
+  HVD_LOG(kError, "process set " << id_ << " failed: " << reason);
+  if (member_ == 0) {
+    for (auto& ch : channels_) {
+      if (!ch.open()) continue;
+      try {
+        ch.send(MessageType::kAbort, reason);
+      } catch (const Error&) {
+      }
+    }
+  }
+  if (comm_) comm_->abort(reason);
+  for (auto& ch : channels_) ch.close();
+  fail_everything(Error(ErrorCode::kInternal, reason));
+  finished_ = true;
+  if (context_.on_fatal) context_.on_fatal(reason);
+}
+
+}  // namespace hvd

@@ -1,0 +1,127 @@
+// process_set.h - the runtime of one process set on this rank: its queue of
+// submitted operations, its background thread, its control channels (member
+// 0 coordinates, the others report to it) and its communicator. Process sets
+// are independent, so collectives on disjoint sets run concurrently.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/control_channel.h"
+#include "engine/coordinator.h"
+#include "engine/executor.h"
+#include "engine/handle.h"
+
+namespace hvd {
+
+class Communicator;
+class ConnectionManager;
+class Executor;
+class Store;
+class Timeline;
+
+struct EngineConfig {
+  int64_t fusion_threshold_bytes = 128ll << 20;
+  double cycle_time_seconds = 0.001;
+  size_t cache_capacity = 1024;
+  bool stall_check_enabled = true;
+  double stall_check_seconds = 60;
+  double stall_shutdown_seconds = 0;
+  double peer_timeout_seconds = 5;      // HOROVOD_PEER_TIMEOUT_SECONDS
+  double connect_timeout_seconds = 30;  // HOROVOD_GLOO_TIMEOUT_SECONDS
+  bool allow_shm = true;
+  bool hierarchical = true;
+  bool spin = true;  // busy-poll briefly after activity (off when oversubscribed)
+};
+
+// What a process set needs from the engine.
+struct ProcessSetContext {
+  EngineConfig config;
+  int global_rank = 0;
+  std::vector<std::string> hosts;  // global rank -> host
+  Store* store = nullptr;
+  ConnectionManager* connections = nullptr;
+  Timeline* timeline = nullptr;  // non-null on global rank 0 only
+  std::string key_prefix;        // unique per job and init generation
+  // Called (from any thread) when this set fails for a reason that dooms
+  // the whole job (peer death): the engine aborts every other set too.
+  std::function<void(const std::string&)> on_fatal;
+};
+
+class ProcessSetRuntime {
+ public:
+  ProcessSetRuntime(const ProcessSetContext& context, int32_t id, std::vector<int> ranks);
+  ~ProcessSetRuntime();
+
+  int32_t id() const { return id_; }
+  const std::vector<int>& ranks() const { return ranks_; }
+  int member() const { return member_; }  // -1: this rank is not in the set
+  int size() const { return static_cast<int>(ranks_.size()); }
+
+  // Members only, collective over the members: connects the communicator and
+  // control channels, then starts the background thread.
+  void start();
+  // Validated by the caller; takes over the engine's reference of `handle`.
+  // Generates Horovod-style names ("allreduce.noname.<n>") for unnamed tensors
+  // and rejects names already in flight (Error kDuplicateName).
+  void enqueue(hvd_handle* handle);
+  // Clean shutdown: tells the peers, stops the thread, fails what is pending.
+  void stop();
+  // Failure elsewhere: everything pending and later fails with `reason`.
+  void abort(const std::string& reason);
+
+ private:
+  void loop();
+  void step_coordinator();
+  void step_worker();
+  void drain_queue(std::vector<RequestMeta>* metas);
+  void execute(const std::vector<Response>& responses);
+  void wait_for_work(Clock::time_point deadline);
+  void check_heartbeats(Clock::time_point now);
+  void fail(const std::string& reason);
+  void fail_everything(const Error& error);
+  void release_name(const std::string& name);
+
+  ProcessSetContext context_;
+  int32_t id_;
+  std::vector<int> ranks_;
+  int member_ = -1;
+  std::string key_;
+
+  // Shared with callers of enqueue().
+  std::mutex queue_mu_;
+  std::vector<hvd_handle*> queue_;
+  std::unordered_set<std::string> names_in_flight_;
+  std::unordered_map<int, uint64_t> noname_counters_;
+  bool closed_ = false;             // stopped or failed: enqueue fails at once
+  ErrorCode closed_code_ = ErrorCode::kInternal;
+  std::string closed_reason_;
+  std::atomic<bool> queue_nonempty_{false};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> abort_requested_{false};
+  std::string abort_reason_;  // guarded by queue_mu_
+  int wake_fd_ = -1;
+
+  // Background thread only.
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
+  std::unordered_map<std::string, LocalTensor> in_flight_;
+  hvd_handle* join_handle_ = nullptr;
+  Clock::time_point last_activity_;
+  Clock::time_point next_stall_check_;
+  Clock::time_point wake_at_;
+  bool finished_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,37 @@
+// response_cache.cc - LRU of validated responses (see response_cache.h).
+#include "engine/response_cache.h"
+
+namespace hvd {
+
+std::string ResponseCache::signature(const RequestMeta& meta) {
+  // The encoded request is a complete, canonical description of it.
+  return encode_requests({meta});
+}
+
+const Response* ResponseCache::lookup(const std::string& name, const std::string& signature) {
+  if (capacity_ == 0) return nullptr;
+  auto it = entries_.find(name);
+  if (it == entries_.end() || it->second.signature != signature) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+  ++hits_;
+  return &it->second.response;
+}
+
+void ResponseCache::put(const std::string& name, const std::string& signature, const Response& response) {
+  if (capacity_ == 0) return;
+  auto it = entries_.find(name);
+  if (it != entries_.end()) {
+    it->second.signature = signature;
+    it->second.response = response;
+    lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+    return;
+  }
+  if (entries_.size() >= capacity_) {
+    entries_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(name);
+  entries_.emplace(name, Entry{signature, response, lru_.begin()});
+}
+
+}  // namespace hvd

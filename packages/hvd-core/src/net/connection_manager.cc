@@ -1,0 +1,544 @@
+// connection_manager.cc - the listening socket, the acceptor thread that runs
+// every incoming handshake as a non-blocking state machine (so a silent or
+// garbage-sending client cannot stall anyone else), the dialing side with
+// retries, and the pool of authenticated connections not yet claimed.
+//
+// Handshake (dialer = higher global rank, acceptor = lower):
+//   dialer   -> "HVD1" | dialer_rank u32 | acceptor_rank u32 | tag_len u16 | nonce_d[16] | tag
+//   acceptor -> nonce_a[16] | HMAC(secret, "acceptor" | tag | acceptor_rank | dialer_rank | nonce_d | nonce_a)
+//   dialer   -> HMAC(secret, "dialer" | tag | dialer_rank | acceptor_rank | nonce_d | nonce_a)
+//   acceptor -> 'K'
+// The role string keeps one side's proof from being reflected as the
+// other's; fresh nonces on both sides keep recorded proofs from replaying.
+#include "net/connection_manager.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "auth/hmac_sha256.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace hvd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kMagic[4] = {'H', 'V', 'D', '1'};
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kHelloHeaderBytes = 4 + 4 + 4 + 2 + kNonceBytes;
+constexpr size_t kProofBytes = 32;
+constexpr size_t kMaxTagBytes = 1024;
+constexpr size_t kMaxPendingHandshakes = 256;
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+double seconds_until(Clock::time_point t) {
+  return std::chrono::duration<double>(t - Clock::now()).count();
+}
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (24 - 8 * i)));
+}
+uint32_t get_u32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+std::string proof_message(const char* role, const std::string& tag, uint32_t my_rank,
+                          uint32_t peer_rank, const std::string& nonce_dialer,
+                          const std::string& nonce_acceptor) {
+  std::string msg(role);
+  msg.push_back('|');
+  msg += tag;
+  msg.push_back('|');
+  put_u32(msg, my_rank);
+  put_u32(msg, peer_rank);
+  msg += nonce_dialer;
+  msg += nonce_acceptor;
+  return msg;
+}
+
+std::string make_proof(const std::string& secret, const std::string& message) {
+  Digest256 d = hmac_sha256(secret, message);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+std::string random_bytes(size_t n) {
+  std::string hex = random_hex(n);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+void tune_socket(int fd) {
+  int one = 1;
+  // Collectives exchange many small messages; Nagle would add 40 ms stalls.
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Buffer sizes are left to the kernel's autotuning: a fixed SO_RCVBUF is
+  // capped by net.core.rmem_max (often 208 KiB), far below what autotuning reaches.
+  if (const char* v = std::getenv("HVD_TCP_BUFFER_BYTES")) {
+    int bytes = std::atoi(v);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  }
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+std::string describe_sockaddr(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    port = ntohs(in6->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+void split_host_port(const std::string& address, std::string* host, std::string* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    throw_error(ErrorCode::kInvalidArgument, "peer address '" + address + "' is not host:port");
+  }
+  *host = address.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  *port = address.substr(colon + 1);
+}
+
+// One incoming connection whose handshake is in progress.
+struct PendingHandshake {
+  enum class Stage { kHello, kTag, kProof, kAck };
+  Socket socket;
+  std::string remote;
+  Clock::time_point deadline;
+  Stage stage = Stage::kHello;
+  std::string in;       // bytes received for the current stage
+  size_t need = kHelloHeaderBytes;
+  std::string out;      // bytes still to send
+  uint32_t dialer_rank = 0;
+  std::string tag;
+  std::string nonce_dialer;
+  std::string nonce_acceptor;
+};
+
+}  // namespace
+
+struct ConnectionManager::Impl {
+  int my_rank;
+  std::string secret;
+  std::string advertise_host;
+  double timeout_seconds;
+  int listen_fd = -1;
+  int wake_fd = -1;
+  int port = 0;
+  std::thread acceptor;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> rejected{0};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> peer_addresses;
+  std::map<std::pair<int, std::string>, std::deque<Socket>> unclaimed;
+
+  double handshake_timeout() const { return std::max(1.0, std::min(timeout_seconds, 30.0)); }
+
+  void reject(PendingHandshake& p, const std::string& reason) {
+    rejected.fetch_add(1);
+    HVD_LOG(kWarning, "rejected connection from " << p.remote << ": " << reason);
+    p.socket.close();
+  }
+
+  // Advances one handshake with whatever bytes are available. Returns true
+  // when the handshake is finished (successfully or not).
+  bool advance(PendingHandshake& p) {
+    try {
+      if (!p.out.empty()) {
+        size_t n = p.socket.send_some(p.out.data(), p.out.size());
+        p.out.erase(0, n);
+        if (!p.out.empty()) return false;
+        if (p.stage == PendingHandshake::Stage::kAck) {
+          std::lock_guard<std::mutex> lock(mu);
+          p.socket.set_peer_name("rank " + std::to_string(p.dialer_rank) + " (" + p.remote + ")");
+          unclaimed[{static_cast<int>(p.dialer_rank), p.tag}].push_back(std::move(p.socket));
+          cv.notify_all();
+          return true;
+        }
+      }
+      for (;;) {
+        char buf[256];
+        size_t want = std::min(sizeof(buf), p.need - p.in.size());
+        size_t n = p.socket.recv_some(buf, want);
+        if (n == 0) return false;
+        p.in.append(buf, n);
+        if (p.in.size() < p.need) continue;
+        const uint8_t* bytes = reinterpret_cast<const uint8_t*>(p.in.data());
+        switch (p.stage) {
+          case PendingHandshake::Stage::kHello: {
+            if (std::memcmp(bytes, kMagic, 4) != 0) {
+              reject(p, "not an hvd handshake (bad magic)");
+              return true;
+            }
+            p.dialer_rank = get_u32(bytes + 4);
+            uint32_t target = get_u32(bytes + 8);
+            size_t tag_len = (size_t(bytes[12]) << 8) | bytes[13];
+            p.nonce_dialer.assign(p.in.data() + 14, kNonceBytes);
+            if (target != static_cast<uint32_t>(my_rank)) {
+              reject(p, "addressed to rank " + std::to_string(target) + ", this is rank " +
+                            std::to_string(my_rank));
+              return true;
+            }
+            if (tag_len == 0 || tag_len > kMaxTagBytes) {
+              reject(p, "invalid tag length " + std::to_string(tag_len));
+              return true;
+            }
+            p.stage = PendingHandshake::Stage::kTag;
+            p.need = tag_len;
+            p.in.clear();
+            break;
+          }
+          case PendingHandshake::Stage::kTag: {
+            p.tag = p.in;
+            p.nonce_acceptor = random_bytes(kNonceBytes);
+            p.out = p.nonce_acceptor +
+                    make_proof(secret, proof_message("acceptor", p.tag, my_rank, p.dialer_rank,
+                                                     p.nonce_dialer, p.nonce_acceptor));
+            p.stage = PendingHandshake::Stage::kProof;
+            p.need = kProofBytes;
+            p.in.clear();
+            size_t sent = p.socket.send_some(p.out.data(), p.out.size());
+            p.out.erase(0, sent);
+            break;
+          }
+          case PendingHandshake::Stage::kProof: {
+            std::string expected = make_proof(secret, proof_message("dialer", p.tag, p.dialer_rank, my_rank,
+                                                                    p.nonce_dialer, p.nonce_acceptor));
+            if (!constant_time_equal(expected, p.in)) {
+              reject(p, "authentication failed (claimed rank " + std::to_string(p.dialer_rank) +
+                            ", tag '" + p.tag + "'): wrong job secret?");
+              return true;
+            }
+            p.stage = PendingHandshake::Stage::kAck;
+            p.out = "K";
+            p.in.clear();
+            return advance(p);
+          }
+          case PendingHandshake::Stage::kAck:
+            // The dialer sends nothing after its proof; extra bytes are data
+            // that belongs to the connection, which we must not consume.
+            return false;
+        }
+      }
+    } catch (const Error& e) {
+      reject(p, std::string("handshake aborted: ") + e.what());
+      return true;
+    }
+  }
+
+  void run_acceptor() {
+    std::vector<std::unique_ptr<PendingHandshake>> pending;
+    std::vector<pollfd> fds;
+    while (!stopping.load()) {
+      fds.clear();
+      fds.push_back({wake_fd, POLLIN, 0});
+      fds.push_back({listen_fd, POLLIN, 0});
+      double wait = 0.1;
+      for (auto& p : pending) {
+        short events = p->out.empty() ? POLLIN : POLLOUT;
+        fds.push_back({p->socket.fd(), events, 0});
+        wait = std::min(wait, std::max(0.0, seconds_until(p->deadline)));
+      }
+      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(wait * 1000.0) + 1);
+      if (rc < 0 && errno != EINTR) break;
+      if (stopping.load()) break;
+      // Handshakes first: index i in `pending` is fds[i + 2].
+      std::vector<std::unique_ptr<PendingHandshake>> still_pending;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        auto& p = pending[i];
+        bool done = false;
+        if (rc > 0 && fds[i + 2].revents != 0) done = advance(*p);
+        if (!done && Clock::now() > p->deadline) {
+          reject(*p, "no complete handshake within " + std::to_string(handshake_timeout()) + " s");
+          done = true;
+        }
+        if (!done) still_pending.push_back(std::move(p));
+      }
+      pending.swap(still_pending);
+      if (rc > 0 && (fds[1].revents & POLLIN)) {
+        for (;;) {
+          sockaddr_storage addr;
+          socklen_t len = sizeof(addr);
+          int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
+          if (fd < 0) break;
+          tune_socket(fd);
+          auto p = std::make_unique<PendingHandshake>();
+          p->socket = Socket(fd);
+          p->remote = describe_sockaddr(addr);
+          p->socket.set_peer_name(p->remote);
+          p->deadline = deadline_after(handshake_timeout());
+          if (pending.size() >= kMaxPendingHandshakes) {
+            reject(*p, "too many handshakes in progress");
+            continue;
+          }
+          pending.push_back(std::move(p));
+        }
+      }
+    }
+  }
+
+  Socket dial(int peer_rank, const std::string& tag, Clock::time_point deadline) {
+    std::string address;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (peer_rank < 0 || static_cast<size_t>(peer_rank) >= peer_addresses.size() ||
+          peer_addresses[peer_rank].empty()) {
+        throw_error(ErrorCode::kInternal, "connect to rank " + std::to_string(peer_rank) +
+                                              " (tag '" + tag + "'): its address is unknown");
+      }
+      address = peer_addresses[peer_rank];
+    }
+    std::string host, port;
+    split_host_port(address, &host, &port);
+    std::string last_error = "timed out";
+    double backoff = 0.005;
+    while (Clock::now() < deadline) {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* result = nullptr;
+      int gai = getaddrinfo(host.c_str(), port.c_str(), &hints, &result);
+      if (gai != 0) {
+        last_error = std::string("cannot resolve: ") + gai_strerror(gai);
+      } else {
+        for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+          int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+          if (fd < 0) continue;
+          tune_socket(fd);
+          int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+          if (rc < 0 && errno == EINPROGRESS) {
+            pollfd p{fd, POLLOUT, 0};
+            int wait_ms = static_cast<int>(std::max(0.0, seconds_until(deadline)) * 1000) + 1;
+            if (::poll(&p, 1, wait_ms) == 1) {
+              int err = 0;
+              socklen_t len = sizeof(err);
+              getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+              rc = err == 0 ? 0 : -1;
+              errno = err;
+            } else {
+              errno = ETIMEDOUT;
+            }
+          }
+          if (rc == 0) {
+            freeaddrinfo(result);
+            Socket s(fd);
+            s.set_peer_name("rank " + std::to_string(peer_rank) + " (" + address + ")");
+            return s;
+          }
+          last_error = std::strerror(errno);
+          ::close(fd);
+        }
+        freeaddrinfo(result);
+      }
+      // The peer may not be listening yet: retry with a short backoff.
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff = std::min(backoff * 2, 0.1);
+    }
+    throw_error(ErrorCode::kInternal, "connect to rank " + std::to_string(peer_rank) + " at " +
+                                          address + " (tag '" + tag + "') failed: " + last_error);
+  }
+};
+
+ConnectionManager::ConnectionManager(int my_rank, std::string secret, std::string advertise_host,
+                                     double timeout_seconds)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->my_rank = my_rank;
+  impl_->secret = std::move(secret);
+  impl_->advertise_host = std::move(advertise_host);
+  impl_->timeout_seconds = timeout_seconds;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw_error(ErrorCode::kInternal, std::string("socket() failed: ") + std::strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 512) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw_error(ErrorCode::kInternal, std::string("cannot listen for peer connections: ") + std::strerror(err));
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  impl_->port = ntohs(addr.sin_port);
+  impl_->listen_fd = fd;
+  impl_->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  Impl* impl = impl_.get();
+  impl_->acceptor = std::thread([impl] { impl->run_acceptor(); });
+}
+
+ConnectionManager::~ConnectionManager() {
+  impl_->stopping.store(true);
+  uint64_t one = 1;
+  ssize_t ignored = ::write(impl_->wake_fd, &one, sizeof(one));
+  (void)ignored;
+  if (impl_->acceptor.joinable()) impl_->acceptor.join();
+  ::close(impl_->listen_fd);
+  ::close(impl_->wake_fd);
+}
+
+std::string ConnectionManager::address() const {
+  const std::string& host = impl_->advertise_host;
+  bool ipv6_literal = host.find(':') != std::string::npos;
+  return (ipv6_literal ? "[" + host + "]" : host) + ":" + std::to_string(impl_->port);
+}
+
+void ConnectionManager::set_peer_addresses(std::vector<std::string> addresses) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->peer_addresses = std::move(addresses);
+}
+
+int ConnectionManager::rejected_connections() const { return impl_->rejected.load(); }
+
+Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
+  if (peer_rank == impl_->my_rank) {
+    throw_error(ErrorCode::kInvalidArgument, "connect: rank " + std::to_string(peer_rank) +
+                                                 " cannot connect to itself (tag '" + tag + "')");
+  }
+  if (tag.empty() || tag.size() > kMaxTagBytes) {
+    throw_error(ErrorCode::kInvalidArgument, "connect: tag must be 1.." + std::to_string(kMaxTagBytes) + " bytes");
+  }
+  Clock::time_point deadline = deadline_after(impl_->timeout_seconds);
+  if (impl_->my_rank < peer_rank) {
+    // The higher rank dials; wait for its authenticated connection.
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    auto key = std::make_pair(peer_rank, tag);
+    bool ok = impl_->cv.wait_until(lock, deadline, [&] {
+      auto it = impl_->unclaimed.find(key);
+      return it != impl_->unclaimed.end() && !it->second.empty();
+    });
+    if (!ok) {
+      throw_error(ErrorCode::kInternal, "rank " + std::to_string(peer_rank) + " did not connect (tag '" +
+                                            tag + "') within " + std::to_string(impl_->timeout_seconds) + " s");
+    }
+    auto it = impl_->unclaimed.find(key);
+    Socket s = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) impl_->unclaimed.erase(it);
+    return s;
+  }
+
+  Socket s = impl_->dial(peer_rank, tag, deadline);
+  double step_timeout = std::max(0.1, seconds_until(deadline));
+  std::string nonce_dialer = random_bytes(kNonceBytes);
+  std::string hello(kMagic, 4);
+  put_u32(hello, static_cast<uint32_t>(impl_->my_rank));
+  put_u32(hello, static_cast<uint32_t>(peer_rank));
+  hello.push_back(static_cast<char>(tag.size() >> 8));
+  hello.push_back(static_cast<char>(tag.size() & 0xff));
+  hello += nonce_dialer;
+  hello += tag;
+  s.send_all(hello.data(), hello.size(), step_timeout);
+  std::string reply(kNonceBytes + kProofBytes, '\0');
+  s.recv_all(&reply[0], reply.size(), step_timeout);
+  std::string nonce_acceptor = reply.substr(0, kNonceBytes);
+  std::string expected = make_proof(impl_->secret, proof_message("acceptor", tag, peer_rank, impl_->my_rank,
+                                                                 nonce_dialer, nonce_acceptor));
+  if (!constant_time_equal(expected, reply.substr(kNonceBytes))) {
+    impl_->rejected.fetch_add(1);
+    HVD_LOG(kWarning, "rejected connection to " << s.peer_name() << " (tag '" << tag
+                                                << "'): it failed authentication (wrong job secret?)");
+    throw_error(ErrorCode::kInternal, "connect to " + s.peer_name() + " (tag '" + tag +
+                                          "'): the peer failed authentication");
+  }
+  std::string proof = make_proof(impl_->secret, proof_message("dialer", tag, impl_->my_rank, peer_rank,
+                                                              nonce_dialer, nonce_acceptor));
+  s.send_all(proof.data(), proof.size(), step_timeout);
+  char ack = 0;
+  try {
+    s.recv_all(&ack, 1, step_timeout);
+  } catch (const Error& e) {
+    throw_error(ErrorCode::kInternal, "connect to " + s.peer_name() + " (tag '" + tag +
+                                          "'): the peer rejected our authentication (" + e.what() + ")");
+  }
+  return s;
+}
+
+std::string local_address_towards(const std::string& host, int port, const std::string& iface) {
+  if (!iface.empty()) {
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) {
+      throw_error(ErrorCode::kInternal, std::string("getifaddrs failed: ") + std::strerror(errno));
+    }
+    std::string found;
+    for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+      if (it->ifa_addr && it->ifa_addr->sa_family == AF_INET && iface == it->ifa_name) {
+        char buf[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf, sizeof(buf));
+        found = buf;
+        break;
+      }
+    }
+    freeifaddrs(list);
+    if (found.empty()) {
+      throw_error(ErrorCode::kInvalidArgument, "network interface '" + iface +
+                                                   "' (HOROVOD_GLOO_IFACE) has no IPv4 address");
+    }
+    return found;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  std::string port_str = std::to_string(port);
+  if (getaddrinfo(host.c_str(), port_str.c_str(), &hints, &result) != 0 || result == nullptr) {
+    throw_error(ErrorCode::kInternal, "cannot resolve '" + host + "' to find the local address towards it");
+  }
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, result->ai_addr, result->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf));
+      out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(result);
+  if (out.empty()) {
+    throw_error(ErrorCode::kInternal, "no route from this host to '" + host + "'");
+  }
+  return out;
+}
+
+}  // namespace hvd

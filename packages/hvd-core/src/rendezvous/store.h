@@ -1,0 +1,59 @@
+// store.h - the rendezvous key-value store as the engine sees it.
+// Implementations: HttpStore (the job's HTTP store, hvd-core's own protocol,
+// every request HMAC-signed with the job secret; see docs/rendezvous.md) and
+// MemoryStore (in-process, for C++ tests that run ranks as threads).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <condition_variable>
+#include <string>
+
+namespace hvd {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Waits until `key` exists. Throws Error(kInternal) naming the key and the
+  // timeout when it does not appear in time, or when the store is unreachable.
+  virtual std::string get(const std::string& key, double timeout_seconds) = 0;
+  // Atomically adds `delta` to the integer at `key` (absent = 0); returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+};
+
+// A view of another store with every key prefixed by `prefix`.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(Store& base, std::string prefix) : base_(base), prefix_(std::move(prefix)) {}
+  void set(const std::string& key, const std::string& value) override { base_.set(prefix_ + key, value); }
+  std::string get(const std::string& key, double timeout_seconds) override {
+    return base_.get(prefix_ + key, timeout_seconds);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return base_.add(prefix_ + key, delta); }
+
+ private:
+  Store& base_;
+  std::string prefix_;
+};
+
+class MemoryStore : public Store {
+ public:
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, double timeout_seconds) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> data_;
+};
+
+// Connects to the job's HTTP store at host:port. Every request carries an
+// HMAC-SHA256 signature made with `secret` (see docs/rendezvous.md).
+std::unique_ptr<Store> make_http_store(const std::string& host, int port,
+                                       const std::string& secret);
+
+}  // namespace hvd

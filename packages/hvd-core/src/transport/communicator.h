@@ -1,0 +1,81 @@
+// communicator.h - the data plane of one process set: collectives over the
+// set's members, implemented by a transport.
+//
+//   ShmCommunicator          all members on one host: a shared-memory arena
+//   TcpCommunicator          any members: full mesh of authenticated TCP links,
+//                            ring for large payloads, recursive doubling for small
+//   HierarchicalCommunicator several hosts: shared memory inside each host and
+//                            TCP across hosts (allreduce: local reduce-scatter,
+//                            cross-host allreduce of each shard, local allgather)
+//
+// All calls are collective: every member calls the same method with matching
+// sizes, in the same order (the engine's negotiation guarantees that). Any
+// failure (peer death, broken link, no progress for `timeout_seconds`, abort())
+// throws Error(kInternal) naming the peer rank and the operation.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace hvd {
+
+class Store;
+class ConnectionManager;
+
+struct CommOptions {
+  // Unique per job, init generation and process set, e.g. "<jobhash>/g0/ps3".
+  // Used for store keys, connection tags and shared-memory names.
+  std::string key;
+  int rank = 0;                      // this process's index among the members
+  std::vector<int> global_ranks;     // member index -> global rank
+  std::vector<std::string> hosts;    // member index -> host name (same name = same host)
+  double timeout_seconds = 5.0;      // no progress for this long = the peer is dead
+  bool allow_shm = true;             // HOROVOD_SHM_DISABLE=1 turns it off
+  bool hierarchical = true;          // use HierarchicalCommunicator when several hosts
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // In place: data (count elements) becomes the reduction over all members.
+  virtual void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) = 0;
+  // out = concatenation over members m of (bytes_per_rank[m] bytes from m);
+  // `in` holds bytes_per_rank[rank()] bytes. May be called with some sizes 0.
+  virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) = 0;
+  // data (bytes) on `root` (member index) is copied to every member.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // Sends send_bytes[m] bytes (consecutive in `in`, in member order) to member
+  // m; receives recv_bytes[m] bytes from m into `out` in member order.
+  virtual void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                         const std::vector<size_t>& recv_bytes) = 0;
+  // `in` holds sum(counts) elements; out (counts[rank()] elements) receives
+  // this member's block of the reduction. Blocks are consecutive in member order.
+  virtual void reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                             DataType dtype, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+  // Thread-safe: makes a blocked call and every later call throw
+  // Error(kInternal) with `reason` promptly (within ~100 ms).
+  virtual void abort(const std::string& reason) = 0;
+  // A short name for logs: "shm", "tcp", "hierarchical(shm+tcp)".
+  virtual std::string transport_name() const = 0;
+
+ protected:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// Builds the right communicator for `options` (see the table above).
+// Collective over the members: every member calls it with the same key.
+std::unique_ptr<Communicator> create_communicator(const CommOptions& options, Store& store,
+                                                  ConnectionManager& connections);
+
+}  // namespace hvd

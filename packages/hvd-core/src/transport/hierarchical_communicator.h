@@ -1,0 +1,44 @@
+// hierarchical_communicator.h - several hosts with the same number of
+// members each: shared memory inside a host, TCP across hosts between
+// members with the same local index; a flat TCP mesh for everything else.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/communicator.h"
+
+namespace hvd {
+
+class HierarchicalCommunicator : public Communicator {
+ public:
+  // `host_members[h]` lists the member indices on host h (in member order);
+  // every host has the same count.
+  HierarchicalCommunicator(const CommOptions& options, const std::vector<std::vector<int>>& host_members,
+                           Store& store, ConnectionManager& connections);
+
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes) override;
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override;
+  void barrier() override;
+  void abort(const std::string& reason) override;
+  std::string transport_name() const override { return "hierarchical(shm+tcp)"; }
+
+ private:
+  void allreduce_in_stages(void* data, size_t count, DataType dtype, ReduceOp op);
+  // Runs fn; on failure aborts every stage so no member is left waiting.
+  template <typename Fn>
+  void guarded(Fn&& fn);
+
+  std::unique_ptr<Communicator> local_;  // members on this host (shm)
+  std::unique_ptr<Communicator> cross_;  // same local index on every host (tcp)
+  std::unique_ptr<Communicator> flat_;   // all members (tcp)
+  std::vector<unsigned char> shard_;
+};
+
+}  // namespace hvd

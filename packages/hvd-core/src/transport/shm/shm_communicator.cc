@@ -1,0 +1,578 @@
+// shm_communicator.cc - the shared-memory data plane: arena creation and
+// attachment, the step barrier (spin, then shared futex, with abort / dead
+// peer / no-progress checks while waiting) and every collective as a
+// pipeline of chunks through double-buffered per-member slots.
+//
+// Buffer rule that makes one barrier per chunk enough: data written into
+// buffer (step % 2) before barrier `step` may be read by anyone after it,
+// until they arrive at barrier step + 1; so writes into a buffer never race
+// with reads of the same buffer two steps earlier.
+#include "transport/shm/shm_communicator.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <thread>
+
+#include "auth/hmac_sha256.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "ops/reduce.h"
+#include "rendezvous/store.h"
+
+namespace hvd {
+
+namespace {
+
+constexpr uint64_t kArenaMagic = 0x6876645f73686d31ULL;  // "hvd_shm1"
+constexpr size_t kAbortReasonBytes = 256;
+constexpr size_t kDefaultSlotBytes = 256 * 1024;
+// Below this, every member reduces the whole (small) payload itself: one
+// barrier instead of two, which is what small-message latency is made of.
+constexpr size_t kSmallAllreduceBytes = 32 * 1024;
+constexpr int kSpinIterations = 4000;
+constexpr auto kFutexSlice = std::chrono::milliseconds(10);
+constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
+
+using Clock = std::chrono::steady_clock;
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Shared (not private) futexes: the waiters live in different processes.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+bool process_alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string line;
+  std::getline(stat, line);
+  size_t close_paren = line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return true;
+  char state = line[close_paren + 2];
+  return state != 'Z' && state != 'X' && state != 'x';
+}
+
+size_t slot_bytes_from_env() {
+  // Internal tuning knob for benchmarks; not part of the user-facing API.
+  const char* v = std::getenv("HVD_SHM_SLOT_BYTES");
+  if (v == nullptr) return kDefaultSlotBytes;
+  long long parsed = std::atoll(v);
+  if (parsed < 4096) return kDefaultSlotBytes;
+  return align_up(static_cast<size_t>(parsed), 4096);
+}
+
+}  // namespace
+
+// Per-member state, each on its own cache line so arrivals don't false-share.
+struct alignas(64) ShmMemberState {
+  std::atomic<uint64_t> arrived_step;
+  std::atomic<int32_t> pid;
+  std::atomic<uint32_t> departed;
+  std::atomic<uint64_t> scratch[2];  // for max_over_members, double-buffered like the slots
+  char abort_reason[kAbortReasonBytes];
+};
+
+struct ShmArenaHeader {
+  uint64_t magic;
+  uint32_t size;
+  uint32_t slot_bytes;
+  alignas(64) std::atomic<uint32_t> arrived_count;
+  alignas(64) std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> sleepers;
+  alignas(64) std::atomic<uint32_t> aborted_by;  // member index + 1, 0 while healthy
+};
+
+namespace {
+
+size_t members_offset() { return align_up(sizeof(ShmArenaHeader), 64); }
+size_t data_offset(int size) { return align_up(members_offset() + sizeof(ShmMemberState) * size, 4096); }
+ShmMemberState* member_states(ShmArenaHeader* h) {
+  return reinterpret_cast<ShmMemberState*>(reinterpret_cast<unsigned char*>(h) + members_offset());
+}
+
+}  // namespace
+
+ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : options_(options) {
+  rank_ = options.rank;
+  size_ = static_cast<int>(options.global_ranks.size());
+  if (size_ == 0) size_ = 1;
+  spin_ = static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
+  slot_bytes_ = slot_bytes_from_env();
+  if (size_ == 1) return;  // nothing to share
+
+  arena_bytes_ = data_offset(size_) + slot_bytes_ * (2 * size_ + 2);
+  // The key embeds secret-derived material, so its hash is an unguessable name.
+  shm_name_ = "/hvd-" + to_hex(sha256(options.key.data(), options.key.size())).substr(0, 40);
+  const std::string& name = shm_name_;
+  double rendezvous_timeout = std::max(options.timeout_seconds, 10.0);
+  int fd = -1;
+  if (rank_ == 0) {
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+      // Left behind by a crashed earlier run with the same key.
+      shm_unlink(name.c_str());
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) {
+      throw_error(ErrorCode::kInternal, "shm: cannot create shared-memory arena: " +
+                                            std::string(std::strerror(errno)) +
+                                            " (set HOROVOD_SHM_DISABLE=1 to use TCP instead)");
+    }
+    // posix_fallocate reserves the pages now, so a full /dev/shm (64 MiB in
+    // a default container) is a clear error here instead of SIGBUS later.
+    int err = posix_fallocate(fd, 0, static_cast<off_t>(arena_bytes_));
+    if (err == EOPNOTSUPP || err == EINVAL) {
+      err = ftruncate(fd, static_cast<off_t>(arena_bytes_)) == 0 ? 0 : errno;
+    }
+    if (err != 0) {
+      ::close(fd);
+      shm_unlink(name.c_str());
+      throw_error(ErrorCode::kInternal, "shm: cannot size the arena to " + std::to_string(arena_bytes_) +
+                                            " bytes: " + std::strerror(err) +
+                                            " (is /dev/shm large enough? HOROVOD_SHM_DISABLE=1 avoids it)");
+    }
+  } else {
+    store.get(options.key + "/shm/ready", rendezvous_timeout);
+    fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      throw_error(ErrorCode::kInternal, "shm: cannot open the arena created by member 0 (global rank " +
+                                            std::to_string(options.global_ranks[0]) + "): " +
+                                            std::strerror(errno));
+    }
+  }
+  void* mem = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int map_errno = errno;
+  ::close(fd);
+  if (mem == MAP_FAILED) {
+    if (rank_ == 0) shm_unlink(name.c_str());
+    throw_error(ErrorCode::kInternal, std::string("shm: cannot map the arena: ") + std::strerror(map_errno));
+  }
+  arena_ = static_cast<unsigned char*>(mem);
+  header_ = reinterpret_cast<ShmArenaHeader*>(arena_);
+  if (rank_ == 0) {
+    new (header_) ShmArenaHeader();
+    header_->magic = kArenaMagic;
+    header_->size = static_cast<uint32_t>(size_);
+    header_->slot_bytes = static_cast<uint32_t>(slot_bytes_);
+    ShmMemberState* members = member_states(header_);
+    for (int m = 0; m < size_; ++m) new (&members[m]) ShmMemberState();
+  } else if (header_->magic != kArenaMagic || header_->size != static_cast<uint32_t>(size_) ||
+             header_->slot_bytes != slot_bytes_) {
+    munmap(arena_, arena_bytes_);
+    throw_error(ErrorCode::kInternal, "shm: the arena for '" + options.key +
+                                          "' does not match this communicator (different member count or "
+                                          "HVD_SHM_SLOT_BYTES on member 0)");
+  }
+  member_states(header_)[rank_].pid.store(static_cast<int32_t>(getpid()));
+  if (rank_ == 0) {
+    store.set(options.key + "/shm/ready", "1");
+  } else if (store.add(options.key + "/shm/attached", 1) == size_ - 1) {
+    // Everyone has it mapped: remove the name now so a crash leaks nothing.
+    shm_unlink(name.c_str());
+  }
+}
+
+ShmCommunicator::~ShmCommunicator() {
+  if (header_ != nullptr) {
+    // Members still waiting for us see this and fail instead of timing out.
+    member_states(header_)[rank_].departed.store(1);
+    futex_wake_all(&header_->generation);
+    munmap(arena_, arena_bytes_);
+    // Normally the last member to attach already removed the name; this
+    // covers a member that never attached (ENOENT otherwise, harmless).
+    if (rank_ == 0) shm_unlink(shm_name_.c_str());
+  }
+}
+
+std::string ShmCommunicator::member_name(int member) const {
+  std::string s = "member " + std::to_string(member);
+  if (member < static_cast<int>(options_.global_ranks.size())) {
+    s += " (global rank " + std::to_string(options_.global_ranks[member]) + ")";
+  }
+  return s;
+}
+
+void ShmCommunicator::fail(const char* op, const std::string& what) {
+  std::string message = std::string("shm ") + op + " on " + member_name(rank_) + ": " + what;
+  // A failed collective leaves the members out of step for good: poison the
+  // arena so every other member fails now instead of at its own timeout.
+  if (header_ != nullptr && header_->aborted_by.load() == 0) abort(message);
+  local_abort_.store(true);
+  throw_error(ErrorCode::kInternal, message);
+}
+
+unsigned char* ShmCommunicator::slot(int buffer, int member) const {
+  return arena_ + data_offset(size_) + (static_cast<size_t>(buffer) * size_ + member) * slot_bytes_;
+}
+
+unsigned char* ShmCommunicator::result(int buffer) const {
+  return arena_ + data_offset(size_) + (2 * static_cast<size_t>(size_) + buffer) * slot_bytes_;
+}
+
+void ShmCommunicator::abort(const std::string& reason) {
+  local_abort_.store(true);
+  if (header_ == nullptr) return;
+  ShmMemberState& me = member_states(header_)[rank_];
+  size_t n = std::min(reason.size(), kAbortReasonBytes - 1);
+  std::memcpy(me.abort_reason, reason.data(), n);
+  me.abort_reason[n] = '\0';
+  uint32_t expected = 0;
+  header_->aborted_by.compare_exchange_strong(expected, static_cast<uint32_t>(rank_ + 1));
+  futex_wake_all(&header_->generation);
+}
+
+void ShmCommunicator::check_abort(const char* op) {
+  if (header_ == nullptr) {
+    if (local_abort_.load()) fail(op, "the communicator was aborted");
+    return;
+  }
+  uint32_t by = header_->aborted_by.load(std::memory_order_acquire);
+  if (by != 0) {
+    int member = static_cast<int>(by) - 1;
+    fail(op, "aborted by " + member_name(member) + ": " + member_states(header_)[member].abort_reason);
+  }
+  if (local_abort_.load()) fail(op, "the communicator was aborted");
+}
+
+void ShmCommunicator::check_peers(uint64_t target_step, const char* op) {
+  ShmMemberState* members = member_states(header_);
+  for (int m = 0; m < size_; ++m) {
+    if (m == rank_ || members[m].arrived_step.load() >= target_step) continue;
+    if (members[m].departed.load()) {
+      fail(op, member_name(m) + " left the collective (its communicator was destroyed)");
+    }
+    int pid = members[m].pid.load();
+    if (pid != 0 && !process_alive(pid)) {
+      fail(op, member_name(m) + ", pid " + std::to_string(pid) + ", died");
+    }
+  }
+}
+
+void ShmCommunicator::wait_for_generation(uint32_t generation, uint64_t target_step, const char* op) {
+  std::atomic<uint32_t>& current = header_->generation;
+  if (spin_) {
+    for (int i = 0; i < kSpinIterations; ++i) {
+      if (current.load(std::memory_order_acquire) != generation) return;
+      cpu_pause();
+    }
+  }
+  Clock::time_point start = Clock::now();
+  Clock::time_point last_peer_check = start;
+  auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(options_.timeout_seconds));
+  for (;;) {
+    if (current.load(std::memory_order_acquire) != generation) return;
+    check_abort(op);
+    header_->sleepers.fetch_add(1);
+    if (current.load() == generation) futex_wait(&current, generation, kFutexSlice);
+    header_->sleepers.fetch_sub(1);
+    if (current.load(std::memory_order_acquire) != generation) return;
+    Clock::time_point now = Clock::now();
+    if (now - last_peer_check >= kPeerCheckInterval) {
+      last_peer_check = now;
+      check_peers(target_step, op);
+    }
+    if (now - start > timeout) {
+      std::string missing;
+      ShmMemberState* members = member_states(header_);
+      for (int m = 0; m < size_; ++m) {
+        if (members[m].arrived_step.load() < target_step) missing += (missing.empty() ? "" : ", ") + member_name(m);
+      }
+      fail(op, "no progress for " + std::to_string(options_.timeout_seconds) + " s waiting for " +
+                   (missing.empty() ? std::string("the other members") : missing));
+    }
+  }
+}
+
+void ShmCommunicator::step_barrier(const char* op) {
+  uint32_t generation = header_->generation.load(std::memory_order_acquire);
+  uint64_t target = ++step_;
+  member_states(header_)[rank_].arrived_step.store(target, std::memory_order_relaxed);
+  uint32_t before = header_->arrived_count.fetch_add(1, std::memory_order_acq_rel);
+  if (before == static_cast<uint32_t>(size_ - 1)) {
+    // Last to arrive: reset for the next step before releasing everyone.
+    header_->arrived_count.store(0, std::memory_order_relaxed);
+    header_->generation.fetch_add(1, std::memory_order_seq_cst);
+    if (header_->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&header_->generation);
+    return;
+  }
+  wait_for_generation(generation, target, op);
+}
+
+size_t ShmCommunicator::max_over_members(size_t value) {
+  int buffer = static_cast<int>(step_ & 1);
+  ShmMemberState* members = member_states(header_);
+  members[rank_].scratch[buffer].store(value, std::memory_order_relaxed);
+  step_barrier("alltoallv");
+  size_t out = 0;
+  for (int m = 0; m < size_; ++m) out = std::max<size_t>(out, members[m].scratch[buffer].load(std::memory_order_relaxed));
+  return out;
+}
+
+void ShmCommunicator::barrier() {
+  check_abort("barrier");
+  if (size_ == 1) return;
+  step_barrier("barrier");
+}
+
+void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  check_abort("allreduce");
+  if (count == 0) return;
+  if (size_ == 1) {
+    if (dtype == DataType::kBool) {
+      const void* srcs[1] = {data};
+      reduce_many(data, srcs, 1, count, dtype, op);  // canonical 0/1
+    }
+    return;
+  }
+  size_t bytes = count * dtype_size(dtype);
+  if (bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) {
+    allreduce_small(data, count, dtype, op);
+  } else {
+    allreduce_pipelined(data, count, dtype, op);
+  }
+}
+
+void ShmCommunicator::allreduce_small(void* data, size_t count, DataType dtype, ReduceOp op) {
+  size_t bytes = count * dtype_size(dtype);
+  int buffer = static_cast<int>(step_ & 1);
+  std::memcpy(slot(buffer, rank_), data, bytes);
+  step_barrier("allreduce");
+  const void* srcs[64];
+  std::vector<const void*> many;
+  const void** src_list = srcs;
+  if (size_ > 64) {
+    many.resize(size_);
+    src_list = many.data();
+  }
+  for (int m = 0; m < size_; ++m) src_list[m] = slot(buffer, m);
+  reduce_many(data, src_list, size_, count, dtype, op);
+}
+
+void ShmCommunicator::allreduce_pipelined(void* data, size_t count, DataType dtype, ReduceOp op) {
+  const size_t esize = dtype_size(dtype);
+  const size_t align_elems = std::max<size_t>(1, 64 / esize);  // shares start on cache lines
+  const size_t chunk_elems = slot_bytes_ / esize;
+  const size_t num_chunks = (count + chunk_elems - 1) / chunk_elems;
+  unsigned char* bytes = static_cast<unsigned char*>(data);
+  std::vector<const void*> srcs(size_);
+
+  // Member m reduces share m of every chunk. Our own share never goes
+  // through the arena: it is reduced in place in `data` (others only read
+  // their shares from our slot), which saves a copy in and a copy out.
+  struct Share {
+    size_t begin, end;
+  };
+  auto share_of = [&](size_t elems, int member) {
+    size_t share = align_up((elems + size_ - 1) / size_, align_elems);
+    size_t begin = std::min(elems, share * member);
+    return Share{begin, std::min(elems, begin + share)};
+  };
+
+  int previous_buffer = -1;
+  size_t previous_begin = 0, previous_elems = 0;
+  for (size_t c = 0; c < num_chunks; ++c) {
+    size_t begin = c * chunk_elems;
+    size_t elems = std::min(chunk_elems, count - begin);
+    int buffer = static_cast<int>(step_ & 1);
+    unsigned char* chunk = bytes + begin * esize;
+    Share mine = share_of(elems, rank_);
+    std::memcpy(slot(buffer, rank_), chunk, mine.begin * esize);
+    std::memcpy(slot(buffer, rank_) + mine.end * esize, chunk + mine.end * esize, (elems - mine.end) * esize);
+    step_barrier("allreduce");
+    if (previous_buffer >= 0) {
+      Share previous_mine = share_of(previous_elems, rank_);
+      unsigned char* previous_chunk = bytes + previous_begin * esize;
+      std::memcpy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
+      std::memcpy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
+                  (previous_elems - previous_mine.end) * esize);
+    }
+    if (mine.end > mine.begin) {
+      unsigned char* my_share = chunk + mine.begin * esize;
+      srcs[0] = my_share;  // dst may alias srcs[0]
+      int next = 1;
+      for (int m = 0; m < size_; ++m) {
+        if (m != rank_) srcs[next++] = slot(buffer, m) + mine.begin * esize;
+      }
+      reduce_many(my_share, srcs.data(), size_, mine.end - mine.begin, dtype, op);
+      std::memcpy(result(buffer) + mine.begin * esize, my_share, (mine.end - mine.begin) * esize);
+    }
+    previous_buffer = buffer;
+    previous_begin = begin;
+    previous_elems = elems;
+  }
+  step_barrier("allreduce");
+  Share previous_mine = share_of(previous_elems, rank_);
+  unsigned char* previous_chunk = bytes + previous_begin * esize;
+  std::memcpy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
+  std::memcpy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
+              (previous_elems - previous_mine.end) * esize);
+}
+
+void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                    DataType dtype, ReduceOp op) {
+  check_abort("reducescatter");
+  if (static_cast<int>(counts.size()) != size_) {
+    fail("reducescatter", "counts has " + std::to_string(counts.size()) + " entries for " +
+                              std::to_string(size_) + " members");
+  }
+  const size_t esize = dtype_size(dtype);
+  if (size_ == 1) {
+    if (counts[0] > 0 && in != out) std::memmove(out, in, counts[0] * esize);
+    if (dtype == DataType::kBool && counts[0] > 0) {
+      const void* srcs[1] = {out};
+      reduce_many(out, srcs, 1, counts[0], dtype, op);
+    }
+    return;
+  }
+  // Each slot is split into one piece per destination member; member d
+  // reduces piece d from every slot straight into its output.
+  const size_t align_elems = std::max<size_t>(1, 64 / esize);
+  size_t piece_elems = (slot_bytes_ / size_) / esize / align_elems * align_elems;
+  if (piece_elems == 0) piece_elems = 1;
+  const size_t piece_bytes = piece_elems * esize;
+  size_t max_count = *std::max_element(counts.begin(), counts.end());
+  size_t rounds = (max_count + piece_elems - 1) / piece_elems;
+  std::vector<size_t> offsets(size_, 0);
+  for (int m = 1; m < size_; ++m) offsets[m] = offsets[m - 1] + counts[m - 1];
+  const unsigned char* input = static_cast<const unsigned char*>(in);
+  unsigned char* output = static_cast<unsigned char*>(out);
+  std::vector<const void*> srcs(size_);
+  for (size_t r = 0; r < rounds; ++r) {
+    int buffer = static_cast<int>(step_ & 1);
+    size_t first = r * piece_elems;
+    for (int d = 0; d < size_; ++d) {
+      if (counts[d] <= first) continue;
+      size_t n = std::min(piece_elems, counts[d] - first);
+      std::memcpy(slot(buffer, rank_) + d * piece_bytes, input + (offsets[d] + first) * esize, n * esize);
+    }
+    step_barrier("reducescatter");
+    if (counts[rank_] > first) {
+      size_t n = std::min(piece_elems, counts[rank_] - first);
+      for (int m = 0; m < size_; ++m) srcs[m] = slot(buffer, m) + rank_ * piece_bytes;
+      reduce_many(output + first * esize, srcs.data(), size_, n, dtype, op);
+    }
+  }
+}
+
+void ShmCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
+  check_abort("allgatherv");
+  if (static_cast<int>(bytes_per_rank.size()) != size_) {
+    fail("allgatherv", "bytes_per_rank has " + std::to_string(bytes_per_rank.size()) + " entries for " +
+                           std::to_string(size_) + " members");
+  }
+  std::vector<size_t> offsets(size_, 0);
+  for (int m = 1; m < size_; ++m) offsets[m] = offsets[m - 1] + bytes_per_rank[m - 1];
+  unsigned char* output = static_cast<unsigned char*>(out);
+  const unsigned char* input = static_cast<const unsigned char*>(in);
+  if (size_ == 1) {
+    if (bytes_per_rank[0] > 0 && in != out) std::memmove(out, in, bytes_per_rank[0]);
+    return;
+  }
+  size_t max_bytes = *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end());
+  size_t rounds = (max_bytes + slot_bytes_ - 1) / slot_bytes_;
+  for (size_t r = 0; r < rounds; ++r) {
+    int buffer = static_cast<int>(step_ & 1);
+    size_t first = r * slot_bytes_;
+    size_t mine = bytes_per_rank[rank_];
+    if (mine > first) std::memcpy(slot(buffer, rank_), input + first, std::min(slot_bytes_, mine - first));
+    step_barrier("allgatherv");
+    for (int m = 0; m < size_; ++m) {
+      if (bytes_per_rank[m] <= first) continue;
+      unsigned char* dst = output + offsets[m] + first;
+      size_t n = std::min(slot_bytes_, bytes_per_rank[m] - first);
+      // Our own piece may already be in place (in == out + offset).
+      if (m == rank_ && dst == input + first) continue;
+      std::memcpy(dst, slot(buffer, m), n);
+    }
+  }
+}
+
+void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
+  check_abort("broadcast");
+  if (root < 0 || root >= size_) fail("broadcast", "root " + std::to_string(root) + " is not a member");
+  if (size_ == 1 || bytes == 0) return;
+  // The root owns the whole buffer (every member's slot) for each step.
+  const size_t region = slot_bytes_ * size_;
+  unsigned char* buf = static_cast<unsigned char*>(data);
+  size_t rounds = (bytes + region - 1) / region;
+  for (size_t r = 0; r < rounds; ++r) {
+    int buffer = static_cast<int>(step_ & 1);
+    size_t first = r * region;
+    size_t n = std::min(region, bytes - first);
+    if (rank_ == root) std::memcpy(whole_buffer(buffer), buf + first, n);
+    step_barrier("broadcast");
+    if (rank_ != root) std::memcpy(buf + first, whole_buffer(buffer), n);
+  }
+}
+
+void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                const std::vector<size_t>& recv_bytes) {
+  check_abort("alltoallv");
+  if (static_cast<int>(send_bytes.size()) != size_ || static_cast<int>(recv_bytes.size()) != size_) {
+    fail("alltoallv", "send/recv sizes must have one entry per member (" + std::to_string(size_) + ")");
+  }
+  const unsigned char* input = static_cast<const unsigned char*>(in);
+  unsigned char* output = static_cast<unsigned char*>(out);
+  if (size_ == 1) {
+    if (send_bytes[0] > 0 && in != out) std::memmove(out, in, send_bytes[0]);
+    return;
+  }
+  std::vector<size_t> send_offsets(size_, 0), recv_offsets(size_, 0);
+  for (int m = 1; m < size_; ++m) {
+    send_offsets[m] = send_offsets[m - 1] + send_bytes[m - 1];
+    recv_offsets[m] = recv_offsets[m - 1] + recv_bytes[m - 1];
+  }
+  size_t piece = (slot_bytes_ / size_) / 64 * 64;
+  size_t local_max = std::max(*std::max_element(send_bytes.begin(), send_bytes.end()),
+                              *std::max_element(recv_bytes.begin(), recv_bytes.end()));
+  // Every member must run the same number of rounds.
+  size_t global_max = max_over_members(local_max);
+  size_t rounds = (global_max + piece - 1) / piece;
+  for (size_t r = 0; r < rounds; ++r) {
+    int buffer = static_cast<int>(step_ & 1);
+    size_t first = r * piece;
+    for (int d = 0; d < size_; ++d) {
+      if (send_bytes[d] <= first) continue;
+      std::memcpy(slot(buffer, rank_) + d * piece, input + send_offsets[d] + first,
+                  std::min(piece, send_bytes[d] - first));
+    }
+    step_barrier("alltoallv");
+    for (int m = 0; m < size_; ++m) {
+      if (recv_bytes[m] <= first) continue;
+      std::memcpy(output + recv_offsets[m] + first, slot(buffer, m) + rank_ * piece,
+                  std::min(piece, recv_bytes[m] - first));
+    }
+  }
+}
+
+}  // namespace hvd

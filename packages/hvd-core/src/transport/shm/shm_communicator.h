@@ -1,0 +1,65 @@
+// shm_communicator.h - collectives among processes (or threads) on one host
+// through a POSIX shared-memory arena, synchronised with atomics and shared
+// futexes inside the arena.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/communicator.h"
+
+namespace hvd {
+
+class Store;
+struct ShmArenaHeader;
+
+class ShmCommunicator : public Communicator {
+ public:
+  // Collective over options.hosts' members (all must be on this host).
+  // Member 0 creates the arena, the others attach; coordinated via `store`.
+  ShmCommunicator(const CommOptions& options, Store& store);
+  ~ShmCommunicator() override;
+
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes) override;
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override;
+  void barrier() override;
+  void abort(const std::string& reason) override;
+  std::string transport_name() const override { return "shm"; }
+
+ private:
+  // Waits until every member has arrived at the next step. Data written into
+  // buffer step%2 before the call may be read by everyone afterwards, until
+  // they arrive at the following step.
+  void step_barrier(const char* op);
+  void wait_for_generation(uint32_t generation, uint64_t target_step, const char* op);
+  void check_abort(const char* op);
+  void check_peers(uint64_t target_step, const char* op);
+  [[noreturn]] void fail(const char* op, const std::string& what);
+  std::string member_name(int member) const;
+
+  unsigned char* slot(int buffer, int member) const;    // slot_bytes_ per member
+  unsigned char* result(int buffer) const;              // slot_bytes_
+  unsigned char* whole_buffer(int buffer) const { return slot(buffer, 0); }  // size_ * slot_bytes_
+  void allreduce_small(void* data, size_t count, DataType dtype, ReduceOp op);
+  void allreduce_pipelined(void* data, size_t count, DataType dtype, ReduceOp op);
+  size_t max_over_members(size_t value);
+
+  CommOptions options_;
+  std::string shm_name_;
+  ShmArenaHeader* header_ = nullptr;
+  unsigned char* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  size_t slot_bytes_ = 0;
+  uint64_t step_ = 0;        // steps completed by this member (same on every member)
+  bool spin_ = true;         // false when members outnumber cores
+  std::atomic<bool> local_abort_{false};
+};
+
+}  // namespace hvd

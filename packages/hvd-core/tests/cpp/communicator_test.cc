@@ -1,0 +1,486 @@
+// communicator_test.cc - every collective on every transport (shm, tcp,
+// hierarchical over two fake hosts) x world size x element count x op x
+// dtype against a serial reference, plus failure behaviour: abort, a
+// departed member and a silent member turn into kInternal, never a hang.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "auth/hmac_sha256.h"
+#include "file_store.h"
+#include "transport/shm/shm_communicator.h"
+#include "common/error.h"
+#include "net/connection_manager.h"
+#include "ops/reduce.h"
+#include "rendezvous/store.h"
+#include "test_harness.h"
+#include "transport/communicator.h"
+
+using namespace hvd;
+
+namespace {
+
+enum class Transport { kShm, kTcp, kHierarchical, kHierarchicalInterleaved };
+
+const char* transport_label(Transport t) {
+  switch (t) {
+    case Transport::kShm: return "shm";
+    case Transport::kTcp: return "tcp";
+    case Transport::kHierarchical: return "hierarchical";
+    case Transport::kHierarchicalInterleaved: return "hierarchical-interleaved";
+  }
+  return "?";
+}
+
+std::atomic<int> g_world_counter{0};
+
+// One thread per member, each with its own ConnectionManager and
+// communicator built through create_communicator, as a process would.
+void run_world(Transport transport, int size, double timeout_seconds,
+               const std::function<void(Communicator&, int)>& body) {
+  MemoryStore store;
+  std::string key = "test" + std::to_string(g_world_counter.fetch_add(1)) + "-" + random_hex(8);
+  ::hvd_test::run_members(size, [&](int member) {
+    ConnectionManager connections(member, "job-secret", "127.0.0.1", timeout_seconds);
+    store.set(key + "/addr/" + std::to_string(member), connections.address());
+    std::vector<std::string> addresses;
+    for (int m = 0; m < size; ++m) addresses.push_back(store.get(key + "/addr/" + std::to_string(m), 10.0));
+    connections.set_peer_addresses(addresses);
+    CommOptions options;
+    options.key = key;
+    options.rank = member;
+    options.timeout_seconds = timeout_seconds;
+    for (int m = 0; m < size; ++m) {
+      options.global_ranks.push_back(m);
+      switch (transport) {
+        case Transport::kShm: options.hosts.push_back("localhost"); break;
+        case Transport::kTcp:
+          options.hosts.push_back("localhost");
+          options.allow_shm = false;
+          break;
+        case Transport::kHierarchical: options.hosts.push_back(m < size / 2 ? "a" : "b"); break;
+        case Transport::kHierarchicalInterleaved: options.hosts.push_back(m % 2 ? "b" : "a"); break;
+      }
+    }
+    std::unique_ptr<Communicator> comm = create_communicator(options, store, connections);
+    body(*comm, member);
+    // Keep every link open until all members are done with it.
+    store.add(key + "/done", 1);
+    while (std::stoll(store.get(key + "/done", 10.0)) < size) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+}
+
+// Small integers, so every dtype and every reduction order is exact.
+double input_value(int member, size_t i, ReduceOp op, DataType dtype) {
+  if (dtype == DataType::kBool) return static_cast<double>((i + member) % 3 == 0);
+  if (op == ReduceOp::kProduct) {
+    static const double kFactors[] = {1, -1, 2, 1, -2, 1, 1};
+    return kFactors[(i * 3 + member * 5) % 7];
+  }
+  double v = static_cast<double>(static_cast<int>((i * 7 + member * 13) % 9) - 4);
+  if (dtype == DataType::kUInt8 || dtype == DataType::kUInt16) v += 4;
+  return v;
+}
+
+void store_value(void* buf, size_t i, DataType dtype, double v) {
+  switch (dtype) {
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = v != 0; break;
+    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v)); break;
+    case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = float_to_bfloat16(static_cast<float>(v)); break;
+    default: ::hvd_test::fail(__FILE__, __LINE__, "dtype not covered by the test");
+  }
+}
+
+double load_value(const void* buf, size_t i, DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kFloat16: return half_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: return bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
+    default: return 0;
+  }
+}
+
+double reference(int size, size_t i, ReduceOp op, DataType dtype) {
+  double acc = input_value(0, i, op, dtype);
+  for (int m = 1; m < size; ++m) {
+    double v = input_value(m, i, op, dtype);
+    if (dtype == DataType::kBool) {
+      acc = (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (acc != 0 || v != 0) : (acc != 0 && v != 0);
+      continue;
+    }
+    switch (op) {
+      case ReduceOp::kSum: acc += v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc *= v; break;
+    }
+  }
+  return acc;
+}
+
+void check_reduced(const void* buf, size_t begin, size_t count, int size, ReduceOp op, DataType dtype,
+                   const std::string& what) {
+  for (size_t i = 0; i < count; ++i) {
+    double expected = reference(size, begin + i, op, dtype);
+    double got = load_value(buf, i, dtype);
+    if (got != expected) {
+      ::hvd_test::fail(__FILE__, __LINE__, what + ": element " + std::to_string(begin + i) + " is " +
+                                               std::to_string(got) + ", expected " + std::to_string(expected));
+    }
+  }
+}
+
+std::string label(Transport t, int size, const char* collective, DataType dtype, ReduceOp op, size_t count) {
+  return std::string(transport_label(t)) + " P=" + std::to_string(size) + " " + collective + " " +
+         dtype_name(dtype) + " " + reduce_op_name(op) + " n=" + std::to_string(count);
+}
+
+void exercise_all_collectives(Transport transport, int size) {
+  const size_t kCounts[] = {0, 1, 7, 1000, 300000};
+  const DataType kDtypes[] = {DataType::kFloat32, DataType::kInt32, DataType::kFloat16,
+                              DataType::kBFloat16, DataType::kInt8, DataType::kFloat64};
+  const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  run_world(transport, size, 10.0, [&](Communicator& comm, int me) {
+    // allreduce
+    for (size_t count : kCounts) {
+      for (DataType dtype : kDtypes) {
+        for (ReduceOp op : kOps) {
+          if (count > 1000 && op != ReduceOp::kSum && dtype != DataType::kFloat32) continue;
+          std::vector<unsigned char> buf(count * dtype_size(dtype) + 1);
+          for (size_t i = 0; i < count; ++i) store_value(buf.data(), i, dtype, input_value(me, i, op, dtype));
+          comm.allreduce(buf.data(), count, dtype, op);
+          check_reduced(buf.data(), 0, count, size, op, dtype, label(transport, size, "allreduce", dtype, op, count));
+        }
+      }
+    }
+    for (ReduceOp op : kOps) {
+      std::vector<uint8_t> flags(1001);
+      for (size_t i = 0; i < flags.size(); ++i) store_value(flags.data(), i, DataType::kBool, input_value(me, i, op, DataType::kBool));
+      comm.allreduce(flags.data(), flags.size(), DataType::kBool, op);
+      check_reduced(flags.data(), 0, flags.size(), size, op, DataType::kBool,
+                    label(transport, size, "allreduce", DataType::kBool, op, flags.size()));
+    }
+
+    // reducescatter with uneven blocks, including empty ones.
+    for (size_t base : {size_t(0), size_t(3), size_t(70000)}) {
+      for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+        std::vector<size_t> counts(size);
+        for (int m = 0; m < size; ++m) counts[m] = base == 0 ? 0 : base + (m * 37 % 5) - (m == 1 ? base : 0);
+        size_t total = 0;
+        for (size_t c : counts) total += c;
+        std::vector<unsigned char> in(total * dtype_size(dtype) + 1);
+        for (size_t i = 0; i < total; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
+        std::vector<unsigned char> out(counts[me] * dtype_size(dtype) + 1);
+        comm.reducescatter(in.data(), out.data(), counts, dtype, ReduceOp::kSum);
+        size_t offset = 0;
+        for (int m = 0; m < me; ++m) offset += counts[m];
+        check_reduced(out.data(), offset, counts[me], size, ReduceOp::kSum, dtype,
+                      label(transport, size, "reducescatter", dtype, ReduceOp::kSum, total));
+      }
+    }
+
+    // allgatherv with uneven (and some empty) contributions.
+    for (size_t base : {size_t(0), size_t(5), size_t(700001)}) {
+      std::vector<size_t> bytes(size);
+      for (int m = 0; m < size; ++m) bytes[m] = (m == size - 1 && size > 1) ? 0 : base + m * 3;
+      std::vector<unsigned char> in(bytes[me] + 1);
+      for (size_t i = 0; i < bytes[me]; ++i) in[i] = static_cast<unsigned char>(i * 31 + me * 7);
+      size_t total = 0;
+      for (size_t b : bytes) total += b;
+      std::vector<unsigned char> out(total + 1, 0xee);
+      comm.allgatherv(in.data(), out.data(), bytes);
+      size_t offset = 0;
+      for (int m = 0; m < size; ++m) {
+        for (size_t i = 0; i < bytes[m]; ++i) {
+          if (out[offset + i] != static_cast<unsigned char>(i * 31 + m * 7)) {
+            ::hvd_test::fail(__FILE__, __LINE__, std::string(transport_label(transport)) + " allgatherv wrong byte " +
+                                                     std::to_string(i) + " of member " + std::to_string(m));
+          }
+        }
+        offset += bytes[m];
+      }
+    }
+
+    // broadcast from every root, small and larger than the shm arena.
+    for (size_t bytes : {size_t(0), size_t(5), size_t(100000), size_t(3 * 1024 * 1024 + 3)}) {
+      for (int root = 0; root < size; ++root) {
+        std::vector<unsigned char> buf(bytes + 1, 0);
+        if (me == root) for (size_t i = 0; i < bytes; ++i) buf[i] = static_cast<unsigned char>(i * 13 + root);
+        comm.broadcast(buf.data(), bytes, root);
+        for (size_t i = 0; i < bytes; ++i) {
+          if (buf[i] != static_cast<unsigned char>(i * 13 + root)) {
+            ::hvd_test::fail(__FILE__, __LINE__, std::string(transport_label(transport)) + " broadcast from " +
+                                                     std::to_string(root) + " wrong at " + std::to_string(i));
+          }
+        }
+      }
+    }
+
+    // alltoallv: member s sends (s + 2d) * scale bytes to member d.
+    for (size_t scale : {size_t(0), size_t(1), size_t(50001)}) {
+      std::vector<size_t> send(size), recv(size);
+      for (int d = 0; d < size; ++d) send[d] = (me + 2 * d) * scale;
+      for (int s = 0; s < size; ++s) recv[s] = (s + 2 * me) * scale;
+      size_t send_total = 0, recv_total = 0;
+      for (int m = 0; m < size; ++m) {
+        send_total += send[m];
+        recv_total += recv[m];
+      }
+      std::vector<unsigned char> in(send_total + 1), out(recv_total + 1, 0);
+      size_t offset = 0;
+      for (int d = 0; d < size; ++d) {
+        for (size_t i = 0; i < send[d]; ++i) in[offset + i] = static_cast<unsigned char>(me * 16 + d + i);
+        offset += send[d];
+      }
+      comm.alltoallv(in.data(), send, out.data(), recv);
+      offset = 0;
+      for (int s = 0; s < size; ++s) {
+        for (size_t i = 0; i < recv[s]; ++i) {
+          if (out[offset + i] != static_cast<unsigned char>(s * 16 + me + i)) {
+            ::hvd_test::fail(__FILE__, __LINE__, std::string(transport_label(transport)) + " alltoallv from " +
+                                                     std::to_string(s) + " wrong at " + std::to_string(i));
+          }
+        }
+        offset += recv[s];
+      }
+    }
+
+    for (int i = 0; i < 20; ++i) comm.barrier();
+  });
+}
+
+}  // namespace
+
+#define HVD_COLLECTIVES_TEST(transport, size)                                        \
+  HVD_TEST(transport##_collectives_match_serial_reference_at_##size##_members) {    \
+    exercise_all_collectives(Transport::k##transport, size);                         \
+  }
+
+HVD_COLLECTIVES_TEST(Shm, 1)
+HVD_COLLECTIVES_TEST(Shm, 2)
+HVD_COLLECTIVES_TEST(Shm, 3)
+HVD_COLLECTIVES_TEST(Shm, 4)
+HVD_COLLECTIVES_TEST(Tcp, 2)
+HVD_COLLECTIVES_TEST(Tcp, 3)
+HVD_COLLECTIVES_TEST(Tcp, 4)
+HVD_COLLECTIVES_TEST(Hierarchical, 4)
+HVD_COLLECTIVES_TEST(HierarchicalInterleaved, 4)
+
+HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
+  auto name_for = [](Transport t, int size) {
+    std::string name;
+    std::mutex mu;
+    run_world(t, size, 5.0, [&](Communicator& comm, int me) {
+      if (me == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        name = comm.transport_name();
+      }
+    });
+    return name;
+  };
+  EXPECT_EQ(name_for(Transport::kShm, 2), std::string("shm"));
+  EXPECT_EQ(name_for(Transport::kTcp, 2), std::string("tcp"));
+  EXPECT_EQ(name_for(Transport::kHierarchical, 4), std::string("hierarchical(shm+tcp)"));
+  EXPECT_EQ(name_for(Transport::kHierarchical, 2), std::string("tcp"));  // one member per host
+  EXPECT_EQ(name_for(Transport::kHierarchical, 3), std::string("tcp"));  // uneven hosts
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Member `victim` misbehaves via `victim_action`; every other member runs an
+// allreduce and must get kInternal within `limit` seconds.
+void expect_survivors_fail(Transport transport, int size, double timeout, double limit,
+                           const std::function<void(Communicator&)>& victim_action,
+                           const std::string& message_part) {
+  run_world(transport, size, timeout, [&](Communicator& comm, int me) {
+    if (me == size - 1) {
+      victim_action(comm);
+      return;
+    }
+    std::vector<float> data(100000, 1.0f);
+    auto start = std::chrono::steady_clock::now();
+    bool threw = false;
+    try {
+      for (int i = 0; i < 3; ++i) comm.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_TRUE(e.code() == ErrorCode::kInternal);
+      if (!message_part.empty() && std::string(e.what()).find(message_part) == std::string::npos) {
+        ::hvd_test::fail(__FILE__, __LINE__, std::string("error does not mention '") + message_part + "': " + e.what());
+      }
+    }
+    EXPECT_TRUE(threw);
+    double took = seconds_since(start);
+    if (took > limit) {
+      ::hvd_test::fail(__FILE__, __LINE__, "survivor took " + std::to_string(took) + " s to fail");
+    }
+  });
+}
+
+}  // namespace
+
+HVD_TEST(shm_abort_by_one_member_fails_everyone_promptly) {
+  expect_survivors_fail(Transport::kShm, 3, 20.0, 2.0, [](Communicator& c) { c.abort("test abort"); }, "test abort");
+}
+
+HVD_TEST(tcp_abort_by_one_member_fails_everyone_promptly) {
+  expect_survivors_fail(Transport::kTcp, 3, 20.0, 2.0, [](Communicator& c) { c.abort("test abort"); }, "");
+}
+
+HVD_TEST(hierarchical_abort_by_one_member_fails_everyone_promptly) {
+  expect_survivors_fail(Transport::kHierarchical, 4, 20.0, 2.0, [](Communicator& c) { c.abort("test abort"); }, "");
+}
+
+HVD_TEST(shm_silent_member_times_out_naming_it) {
+  expect_survivors_fail(Transport::kShm, 2, 1.0, 4.0,
+                        [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); },
+                        "global rank 1");
+}
+
+HVD_TEST(tcp_silent_member_times_out_naming_it) {
+  expect_survivors_fail(Transport::kTcp, 2, 1.0, 4.0,
+                        [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); },
+                        "global rank 1");
+}
+
+HVD_TEST(destroyed_member_fails_survivors_on_shm_and_tcp) {
+  for (Transport t : {Transport::kShm, Transport::kTcp}) {
+    MemoryStore store;
+    std::string key = "destroyed-" + random_hex(8);
+    ::hvd_test::run_members(2, [&](int member) {
+      ConnectionManager connections(member, "s", "127.0.0.1", 20.0);
+      store.set(key + "/addr/" + std::to_string(member), connections.address());
+      connections.set_peer_addresses({store.get(key + "/addr/0", 10), store.get(key + "/addr/1", 10)});
+      CommOptions options;
+      options.key = key;
+      options.rank = member;
+      options.global_ranks = {0, 1};
+      options.hosts = {"h", "h"};
+      options.allow_shm = t == Transport::kShm;
+      options.timeout_seconds = 20.0;
+      auto comm = create_communicator(options, store, connections);
+      if (member == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        comm.reset();
+        return;
+      }
+      std::vector<float> data(10, 1.0f);
+      auto start = std::chrono::steady_clock::now();
+      EXPECT_THROWS_CODE(comm->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum),
+                         ErrorCode::kInternal);
+      EXPECT_TRUE(seconds_since(start) < 2.0);
+    });
+  }
+}
+
+HVD_TEST(abort_from_another_thread_unblocks_a_waiting_call) {
+  for (Transport t : {Transport::kShm, Transport::kTcp}) {
+    run_world(t, 2, 20.0, [&](Communicator& comm, int me) {
+      if (me == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        return;  // never joins the allreduce
+      }
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        comm.abort("shutting down");
+      });
+      float x = 1;
+      auto start = std::chrono::steady_clock::now();
+      EXPECT_THROWS_CODE(comm.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum), ErrorCode::kInternal);
+      EXPECT_TRUE(seconds_since(start) < 0.6);
+      aborter.join();
+      // Every later call fails too.
+      EXPECT_THROWS_CODE(comm.barrier(), ErrorCode::kInternal);
+    });
+  }
+}
+
+HVD_TEST(shm_arena_name_is_unlinked_once_every_member_attached) {
+  MemoryStore store;
+  std::string key = "unlink-" + random_hex(8);
+  std::string path = "/dev/shm/hvd-" + to_hex(sha256(key.data(), key.size())).substr(0, 40);
+  ::hvd_test::run_members(3, [&](int member) {
+    CommOptions options;
+    options.key = key;
+    options.rank = member;
+    options.global_ranks = {0, 1, 2};
+    options.hosts = {"h", "h", "h"};
+    ShmCommunicator comm(options, store);
+    comm.barrier();
+    struct stat st;
+    EXPECT_TRUE(::stat(path.c_str(), &st) != 0);  // nothing left to leak after a crash
+    int64_t value = member + 1;
+    comm.allreduce(&value, 1, DataType::kInt64, ReduceOp::kSum);
+    EXPECT_EQ(value, int64_t(6));
+  });
+}
+
+HVD_TEST(shm_member_process_killed_fails_survivor_naming_its_pid) {
+  char dir_template[] = "/tmp/hvd-test-XXXXXX";
+  std::string dir = mkdtemp(dir_template);
+  std::string key = "killed-" + random_hex(8);
+  auto options_for = [&](int member) {
+    CommOptions options;
+    options.key = key;
+    options.rank = member;
+    options.global_ranks = {0, 1};
+    options.hosts = {"h", "h"};
+    options.timeout_seconds = 30.0;
+    return options;
+  };
+  pid_t child = fork();
+  if (child == 0) {
+    // A member that vanishes without any cleanup, as after SIGKILL / OOM.
+    try {
+      hvd_test::FileStore store(dir);
+      ShmCommunicator comm(options_for(1), store);
+      comm.barrier();
+      raise(SIGKILL);  // before the destructor could mark us as departed
+    } catch (...) {
+      _exit(2);
+    }
+    _exit(3);
+  }
+  hvd_test::FileStore store(dir);
+  ShmCommunicator comm(options_for(0), store);
+  comm.barrier();
+  std::vector<float> data(1000, 1.0f);
+  auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    comm.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == ErrorCode::kInternal);
+    message = e.what();
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::string cleanup = "rm -rf " + dir;
+  EXPECT_TRUE(std::system(cleanup.c_str()) == 0);
+  if (message.find("pid " + std::to_string(child)) == std::string::npos) {
+    ::hvd_test::fail(__FILE__, __LINE__, "error does not name the dead pid: " + message);
+  }
+  EXPECT_TRUE(seconds_since(start) < 2.0);
+}

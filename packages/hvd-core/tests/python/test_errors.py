@@ -1,0 +1,150 @@
+# test_errors.py - bad input and cross-rank mismatches give clear errors on
+# every rank, never a hang, and the engine stays usable afterwards.
+import subprocess
+import sys
+
+import pytest
+
+import ranks
+
+MISMATCH_CASES = {
+    "shape": "hvd.allreduce(np.zeros(3 + rank, np.float32), name='t')",
+    "dtype": "hvd.allreduce(np.zeros(3, np.float32 if rank == 0 else np.int32), name='t')",
+    "op": "hvd.allreduce(np.zeros(3, np.float32), op=hvd.Sum if rank == 0 else hvd.Max, name='t')",
+    "root": "hvd.broadcast(np.zeros(3, np.float32), root_rank=0 if rank == 0 else 1, name='t')",
+    "prescale": "hvd.allreduce(np.zeros(3, np.float32), op=hvd.Sum, prescale_factor=1.0 + rank, name='t')",
+    "allgather_tail": "hvd.allgather(np.zeros((2, 3 + rank), np.float32), name='t')",
+}
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("case", sorted(MISMATCH_CASES))
+def test_mismatch_raises_on_every_rank_naming_tensor_and_ranks(case, np_):
+    results = ranks.run_ok(np_, '''
+hvd.init()
+rank = hvd.rank()
+out = {}
+try:
+    %s
+    out["raised"] = None
+except hvd.HorovodCollectiveMismatchError as e:
+    out["raised"] = str(e)
+# The engine is still usable.
+out["after"] = hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name="after").tolist()
+print(json.dumps(out))
+''' % MISMATCH_CASES[case], timeout=60)
+    expected = {"root": "broadcast.t", "allgather_tail": "allgather.t"}.get(case, "allreduce.t")
+    for rank, res in enumerate(results):
+        assert res["raised"], "rank %d did not raise" % rank
+        assert "'%s'" % expected in res["raised"], res["raised"]
+        # Both sides of the disagreement are named.
+        assert "rank 0 requested" in res["raised"], res["raised"]
+        assert "rank 1 requested" in res["raised"] or "ranks 1, 2 requested" in res["raised"], res["raised"]
+        assert res["after"] == [float(np_)] * 2
+
+
+def test_mismatched_collective_names_both_tensors_never_hangs():
+    # Different names on different ranks is a stall, not a mismatch: the stall
+    # shutdown turns it into an error on every rank.
+    results = ranks.run(2, '''
+hvd.init()
+try:
+    hvd.allreduce(np.zeros(1, np.float32), name="only_on_%d" % hvd.rank())
+    print("no error")
+except hvd.HorovodInternalError as e:
+    print("internal:", e)
+''', env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "2"}, timeout=30)
+    for res in results:
+        assert "internal:" in res.stdout and "Stall shutdown" in res.stdout, str(res)
+
+
+def test_bad_input_errors_single_process():
+    out = subprocess.run([sys.executable, "-c", '''
+import numpy as np, horovod.common as hvd
+errors = []
+try:
+    hvd.rank()
+except ValueError as e:
+    errors.append(str(e))
+try:
+    hvd.allreduce(np.zeros(3, np.float32))
+except ValueError as e:
+    errors.append(str(e))
+hvd.init()
+for f in [lambda: hvd.allreduce(np.zeros(3, np.complex64)),
+          lambda: hvd.allreduce(np.zeros((4, 4), np.float32)[:, 1]),
+          lambda: hvd.broadcast(np.zeros(3, np.float32), root_rank=5),
+          lambda: hvd.broadcast(np.zeros(3, np.float32), root_rank=-1),
+          lambda: hvd.alltoall(np.zeros(4, np.float32), splits=[3]),
+          lambda: hvd.allgather(np.array(3.0, np.float32)),
+          lambda: hvd.allreduce([1, 2, 3]),
+          lambda: hvd.allreduce(np.zeros(3, np.float32), op=hvd.Sum, average=True),
+          lambda: hvd.allreduce(np.zeros(3, bool), op=hvd.Average)]:
+    try:
+        f()
+        errors.append("no error")
+    except (ValueError, TypeError) as e:
+        errors.append(type(e).__name__ + ": " + str(e))
+for e in errors:
+    print(e)
+'''], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "Horovod has not been initialized; use hvd.init()."
+    assert lines[1] == "Horovod has not been initialized; use hvd.init()."
+    assert "complex64 is not supported" in lines[2]
+    assert "contiguous" in lines[3]
+    assert "root_rank 5 is out of range" in lines[4]
+    assert "root_rank -1 is out of range" in lines[5]
+    assert "splits add up to 3 but the first dimension is 4" in lines[6]
+    assert "scalar" in lines[7]
+    assert "numpy.ndarray" in lines[8]
+    assert "supersedes average" in lines[9]
+    assert "bool" in lines[10] and "averaged" in lines[10]
+
+
+def test_duplicate_in_flight_name_raises_value_error():
+    # Rank 1 submits late, so rank 0's first "dup" is certainly still in flight.
+    results = ranks.run_ok(2, '''
+hvd.init()
+out = {}
+if hvd.rank() == 1:
+    time.sleep(1.0)
+h = hvd.allreduce_async(np.ones(4, np.float32), name="dup", op=hvd.Sum)
+if hvd.rank() == 0:
+    try:
+        hvd.allreduce_async(np.ones(4, np.float32), name="dup")
+        out["second"] = None
+    except ValueError as e:
+        out["second"] = str(e)
+out["first"] = hvd.synchronize(h).tolist()
+# Once finished, the name is free again.
+out["reuse"] = hvd.allreduce(np.ones(4, np.float32), name="dup", op=hvd.Sum).tolist()
+print(json.dumps(out))
+''')
+    assert "same name" in results[0]["second"] and "'allreduce.dup'" in results[0]["second"]
+    for res in results:
+        assert res["first"] == [2.0] * 4 and res["reuse"] == [2.0] * 4
+
+
+def test_single_process_without_any_environment():
+    out = subprocess.run([sys.executable, "-c", '''
+import numpy as np, horovod.common as hvd
+hvd.init()
+print(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(),
+      hvd.is_homogeneous(), hvd.allreduce(np.ones(2, np.float32)).tolist())
+'''], capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in __import__("os").environ.items() if not k.startswith("HOROVOD_")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1", "0", "1", "0", "1", "True", "[1.0,", "1.0]"]
+
+
+def test_missing_rendezvous_or_secret_is_a_clear_error():
+    env = dict(__import__("os").environ, HOROVOD_RANK="0", HOROVOD_SIZE="2")
+    out = subprocess.run([sys.executable, "-c", "import horovod.common as hvd; hvd.init()"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode != 0 and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in out.stderr
+    env.update(HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1", HOROVOD_GLOO_RENDEZVOUS_PORT="1")
+    out = subprocess.run([sys.executable, "-c", "import horovod.common as hvd; hvd.init()"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode != 0 and "HOROVOD_SECRET_KEY" in out.stderr

@@ -1,0 +1,255 @@
+# test_packaging.py - the installed hvd-core as a native dependency: public
+# headers compile as C and C++, the library exports only hvd_ symbols, the
+# CMake package config and hvd-core-config build a C program that runs an
+# allreduce alone and as two ranks, and the ABI version macros match the
+# library. Needs hvd-core pip-installed in the running environment.
+import ctypes
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOURCE_HEADERS = sorted(p.name for p in (PACKAGE_ROOT / "include" / "hvd").glob("*.h"))
+
+from horovod.common import config  # noqa: E402
+
+try:
+    LIBRARY = config.get_library_path()
+    INCLUDE_DIR = config.get_include_dir()
+except FileNotFoundError as e:  # collected, but nothing to test against
+    pytest.skip("hvd-core is not installed: %s" % e, allow_module_level=True)
+
+C_COMPILER = shutil.which("cc") or shutil.which("gcc")
+CXX_COMPILER = shutil.which("c++") or shutil.which("g++")
+needs_c = pytest.mark.skipif(C_COMPILER is None, reason="no C compiler")
+needs_cxx = pytest.mark.skipif(CXX_COMPILER is None, reason="no C++ compiler")
+needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not found")
+
+
+def _config_command():
+    """hvd-core-config as installed, or the same entry point through Python."""
+    script = shutil.which("hvd-core-config")
+    return [script] if script else [sys.executable, "-m", "horovod.common.config"]
+
+
+def _hvd_core_config(*flags):
+    result = subprocess.run(_config_command() + list(flags), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def _clean_env(**extra):
+    """The current environment without any HOROVOD_* job description."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMI_"))}
+    env.update(extra)
+    return env
+
+
+# -- headers -------------------------------------------------------------------
+
+def test_installed_headers_match_the_source_tree():
+    installed = sorted(p.name for p in pathlib.Path(INCLUDE_DIR, "hvd").glob("*.h"))
+    assert installed == SOURCE_HEADERS
+
+
+@needs_c
+@pytest.mark.parametrize("header", SOURCE_HEADERS)
+def test_public_header_compiles_as_strict_c99(header, tmp_path):
+    source = tmp_path / "use_header.c"
+    source.write_text('#include "hvd/%s"\nint main(void) { return 0; }\n' % header)
+    result = subprocess.run([C_COMPILER, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                             "-fsyntax-only", "-I", INCLUDE_DIR, str(source)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@needs_cxx
+@pytest.mark.parametrize("header", SOURCE_HEADERS)
+def test_public_header_compiles_as_cxx(header, tmp_path):
+    source = tmp_path / "use_header.cc"
+    source.write_text('#include "hvd/%s"\nint main() { return 0; }\n' % header)
+    result = subprocess.run([CXX_COMPILER, "-std=c++11", "-Wall", "-Wextra", "-Werror",
+                             "-pedantic", "-fsyntax-only", "-I", INCLUDE_DIR, str(source)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# -- exported symbols ----------------------------------------------------------
+
+def _exported_symbols():
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) not found")
+    result = subprocess.run([nm, "-D", "--defined-only", LIBRARY], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    symbols = []
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            symbols.append((fields[-2], fields[-1]))  # (type, name)
+    return symbols
+
+
+def _declared_functions():
+    text = "\n".join((PACKAGE_ROOT / "include" / "hvd" / h).read_text() for h in SOURCE_HEADERS)
+    return set(re.findall(r"HVD_EXPORT[^;(]*?\b(hvd_\w+)\s*\(", text))
+
+
+def test_library_exports_only_hvd_symbols():
+    # Version-script node names (e.g. "HVD_1.0") show up as absolute symbols;
+    # they are not code and are allowed.
+    unexpected = [name for kind, name in _exported_symbols()
+                  if not name.startswith("hvd_") and not (kind == "A" and name.startswith("HVD_"))]
+    assert unexpected == [], "libhvd_core.so exports non-hvd_ symbols: %s" % unexpected[:20]
+
+
+def test_library_exports_every_declared_function_and_nothing_undeclared():
+    exported = {name.split("@")[0] for kind, name in _exported_symbols() if name.startswith("hvd_")}
+    declared = _declared_functions()
+    assert declared, "found no HVD_EXPORT declarations in the headers"
+    assert sorted(declared - exported) == [], "declared but not exported"
+    assert sorted(exported - declared) == [], "exported but not declared in include/hvd"
+
+
+# -- version -------------------------------------------------------------------
+
+def _header_api_version():
+    text = (pathlib.Path(INCLUDE_DIR) / "hvd" / "c_api.h").read_text()
+    major = int(re.search(r"#define\s+HVD_API_MAJOR\s+(\d+)", text).group(1))
+    minor = int(re.search(r"#define\s+HVD_API_MINOR\s+(\d+)", text).group(1))
+    return major, minor
+
+
+def test_abi_version_macros_match_the_library():
+    library = ctypes.CDLL(LIBRARY)
+    major, minor = ctypes.c_int32(-1), ctypes.c_int32(-1)
+    library.hvd_get_api_version(ctypes.byref(major), ctypes.byref(minor))
+    assert (major.value, minor.value) == _header_api_version()
+
+
+def test_abi_changelog_has_an_entry_for_the_current_minor():
+    major, minor = _header_api_version()
+    changelog = (PACKAGE_ROOT.parents[1] / "docs" / "abi_changelog.md")
+    if not changelog.exists():
+        pytest.skip("docs/abi_changelog.md is not in this checkout")
+    assert re.search(r"^##\s+%d\.%d\b" % (major, minor), changelog.read_text(), re.M)
+
+
+def test_library_version_string_matches_the_package():
+    library = ctypes.CDLL(LIBRARY)
+    library.hvd_get_version_string.restype = ctypes.c_char_p
+    assert library.hvd_get_version_string().decode() == _hvd_core_config("--version")
+
+
+# -- hvd-core-config -----------------------------------------------------------
+
+def test_hvd_core_config_reports_existing_locations():
+    assert os.path.isfile(os.path.join(_hvd_core_config("--includedir"), "hvd", "c_api.h"))
+    assert os.path.isfile(os.path.join(_hvd_core_config("--libdir"), "libhvd_core.so"))
+    assert os.path.isfile(os.path.join(_hvd_core_config("--cmakedir"), "hvd_coreConfig.cmake"))
+    assert _hvd_core_config("--library") == LIBRARY
+
+
+def test_hvd_core_config_without_options_prints_usage_and_fails():
+    result = subprocess.run(_config_command(), capture_output=True, text=True)
+    assert result.returncode != 0 and "usage" in result.stderr
+
+
+@needs_c
+def test_program_built_with_cflags_and_libs_runs(tmp_path):
+    source = tmp_path / "version.c"
+    source.write_text(
+        '#include <stdio.h>\n#include "hvd/c_api.h"\n'
+        "int main(void) {\n"
+        "  int32_t major, minor;\n"
+        "  hvd_get_api_version(&major, &minor);\n"
+        "  printf(\"%d.%d %s\\n\", (int)major, (int)minor, hvd_get_version_string());\n"
+        "  return major == HVD_API_MAJOR && minor == HVD_API_MINOR ? 0 : 1;\n"
+        "}\n")
+    binary = tmp_path / "version"
+    command = ([C_COMPILER, "-std=c99", "-Wall", "-Werror", str(source), "-o", str(binary)]
+               + _hvd_core_config("--cflags").split() + _hvd_core_config("--libs").split())
+    build = subprocess.run(command, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    # No LD_LIBRARY_PATH: --libs carries an rpath.
+    run = subprocess.run([str(binary)], capture_output=True, text=True, env=_clean_env())
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.split()[1] == _hvd_core_config("--version")
+
+
+# -- a C program built with find_package(hvd_core) -----------------------------
+
+@pytest.fixture(scope="module")
+def allreduce_example(tmp_path_factory):
+    """tests/c built as a downstream project against the installed package."""
+    if shutil.which("cmake") is None or C_COMPILER is None:
+        pytest.skip("cmake and a C compiler are needed")
+    build = tmp_path_factory.mktemp("allreduce_example_build")
+    for command in (["cmake", "-S", str(PACKAGE_ROOT / "tests" / "c"), "-B", str(build),
+                     "-Dhvd_core_DIR=" + _hvd_core_config("--cmakedir")],
+                    ["cmake", "--build", str(build), "-j2"]):
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, "%s\n%s\n%s" % (command, result.stdout, result.stderr)
+    return build / "allreduce_example"
+
+
+@needs_cmake
+def test_c_example_allreduce_runs_as_a_single_process(allreduce_example):
+    result = subprocess.run([str(allreduce_example)], capture_output=True, text=True,
+                            env=_clean_env(), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 0 of 1: allreduce result 1 2 3 4 ok" in result.stdout
+
+
+@needs_cmake
+def test_c_example_allreduce_sums_over_two_processes(allreduce_example):
+    from horovod.common.rendezvous import RendezvousServer, make_secret
+
+    secret = make_secret()
+    size = 2
+    with RendezvousServer(secret, host="127.0.0.1") as server:
+        processes = []
+        for rank in range(size):
+            env = _clean_env(
+                HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(size),
+                HOROVOD_LOCAL_RANK=str(rank), HOROVOD_LOCAL_SIZE=str(size),
+                HOROVOD_CROSS_RANK="0", HOROVOD_CROSS_SIZE="1",
+                HOROVOD_HOSTNAME="localhost",
+                HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1",
+                HOROVOD_GLOO_RENDEZVOUS_PORT=str(server.port),
+                HOROVOD_SECRET_KEY=secret)
+            processes.append(subprocess.Popen([str(allreduce_example)], env=env, text=True,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        outputs = []
+        try:
+            for process in processes:
+                outputs.append(process.communicate(timeout=120)[0])
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        assert server.rejected_requests == 0
+    report = "\n".join("rank %d (exit %s):\n%s" % (r, p.returncode, o)
+                       for r, (p, o) in enumerate(zip(processes, outputs)))
+    for rank, (process, output) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, report
+        # Ranks contribute 1x and 2x [1 2 3 4]: the sum is 3x.
+        assert "rank %d of 2: allreduce result 3 6 9 12 ok" % rank in output, report
+
+
+# -- locating the library ------------------------------------------------------
+
+def test_library_path_env_var_overrides_the_installed_copy(monkeypatch, tmp_path):
+    fake = tmp_path / "libhvd_core.so"
+    fake.write_bytes(b"")
+    monkeypatch.setenv("HVD_CORE_LIBRARY", str(fake))
+    assert config.get_library_path() == str(fake)
+    monkeypatch.setenv("HVD_CORE_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(FileNotFoundError, match="HVD_CORE_LIBRARY"):
+        config.get_library_path()

@@ -1,0 +1,96 @@
+# test_process_sets.py - static and dynamic process sets; collectives on
+# disjoint sets run concurrently.
+import pytest
+
+import ranks
+
+
+def test_static_process_sets_and_concurrency_on_disjoint_sets():
+    results = ranks.run_ok(4, '''
+even = hvd.ProcessSet([0, 2])
+odd = hvd.ProcessSet([1, 3])
+hvd.init(process_sets=[even, odd])
+rank = hvd.rank()
+mine = even if rank % 2 == 0 else odd
+out = {"ids": [even.process_set_id, odd.process_set_id], "size": mine.size(), "rank": mine.rank(),
+       "included": [even.included(), odd.included()]}
+out["sum"] = hvd.allreduce(np.full(2, rank, np.float32), op=hvd.Sum, process_set=mine).tolist()
+out["gather"] = hvd.allgather(np.array([rank], np.int32), process_set=mine).tolist()
+out["bcast"] = hvd.broadcast(np.array([rank], np.int32), root_rank=1, process_set=mine).tolist()
+# Concurrency: the even set blocks in a collective until the odd set has
+# finished one of its own; if sets were serialised this would deadlock.
+if rank % 2 == 1:
+    hvd.allreduce(np.ones(1, np.float32), name="odd_first", process_set=odd)
+    hvd.barrier()  # global: tells the even ranks that odd finished
+else:
+    h = hvd.allreduce_async(np.ones(1, np.float32), name="even_waits", process_set=even)
+    hvd.barrier()
+    hvd.synchronize(h)
+try:
+    hvd.allreduce(np.ones(1, np.float32), process_set=odd if rank % 2 == 0 else even)
+    out["nonmember"] = None
+except ValueError as e:
+    out["nonmember"] = str(e)
+print(json.dumps(out))
+''')
+    for rank, res in enumerate(results):
+        assert res["ids"] == [1, 2]
+        assert res["size"] == 2 and res["rank"] == rank // 2
+        assert res["included"] == [rank % 2 == 0, rank % 2 == 1]
+        peers = [0, 2] if rank % 2 == 0 else [1, 3]
+        assert res["sum"] == [float(sum(peers))] * 2
+        assert res["gather"] == peers
+        assert res["bcast"] == [peers[1]]
+        assert "not a member" in res["nonmember"]
+
+
+def test_dynamic_process_sets_add_use_remove():
+    results = ranks.run_ok(3, '''
+hvd.init(process_sets="dynamic")
+rank = hvd.rank()
+out = {}
+ps = hvd.add_process_set([0, 2])
+out["id"] = ps.process_set_id
+if rank in (0, 2):
+    out["sum"] = hvd.allreduce(np.full(1, rank, np.float32), op=hvd.Sum, process_set=ps).tolist()
+ps2 = hvd.add_process_set(hvd.ProcessSet([1, 2]))
+if rank in (1, 2):
+    out["sum2"] = hvd.allreduce(np.full(1, rank, np.float32), op=hvd.Sum, process_set=ps2).tolist()
+out["removed"] = hvd.remove_process_set(ps)
+out["after_remove_id"] = ps.process_set_id
+try:
+    hvd.allreduce(np.ones(1, np.float32), process_set=ps)
+    out["use_removed"] = None
+except ValueError as e:
+    out["use_removed"] = str(e)
+try:
+    hvd.add_process_set([0, 1] if rank == 0 else [0, 2])
+    out["disagree"] = None
+except ValueError as e:
+    out["disagree"] = str(e)
+out["global"] = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum).tolist()
+print(json.dumps(out))
+''')
+    for rank, res in enumerate(results):
+        assert res["id"] == 1
+        if rank in (0, 2):
+            assert res["sum"] == [2.0]
+        if rank in (1, 2):
+            assert res["sum2"] == [3.0]
+        assert res["removed"] is True and res["after_remove_id"] is None
+        assert "not registered" in res["use_removed"]
+        assert "different ranks" in res["disagree"]
+        assert res["global"] == [3.0]
+
+
+def test_dynamic_process_sets_need_the_flag():
+    results = ranks.run_ok(2, '''
+hvd.init()
+try:
+    hvd.add_process_set([0])
+    print(json.dumps(None))
+except ValueError as e:
+    print(json.dumps(str(e)))
+''')
+    for res in results:
+        assert "HOROVOD_DYNAMIC_PROCESS_SETS" in res

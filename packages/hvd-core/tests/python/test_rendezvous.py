@@ -1,0 +1,392 @@
+# test_rendezvous.py - the rendezvous store: Python server and client
+# behaviour, the signed-request rules of docs/rendezvous.md (checked with
+# requests signed here by hand), and the engine's C++ client
+# (tests/rendezvous_cpp) driven against the Python server.
+import hashlib
+import hmac
+import http.client
+import http.server
+import logging
+import os
+import pathlib
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2]
+try:
+    import horovod.common.rendezvous  # noqa: F401
+except ImportError:  # running from a source checkout without installing
+    sys.path.insert(0, str(PACKAGE_ROOT / "python"))
+
+from horovod.common.rendezvous import (RendezvousAuthError, RendezvousClient, RendezvousError,
+                                       RendezvousServer, RendezvousTimeoutError, make_secret)
+
+
+@pytest.fixture
+def secret():
+    return make_secret()
+
+
+@pytest.fixture
+def server(secret):
+    srv = RendezvousServer(secret, host="127.0.0.1")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server, secret):
+    return RendezvousClient("127.0.0.1", server.port, secret, timeout=10)
+
+
+def _send_signed(port, secret, method, target, body=b"", timestamp=None, nonce=None,
+                 signed_body=None, signed_target=None, sign=True):
+    """Sends one request signed as docs/rendezvous.md specifies, independently
+    of the client under test, with knobs to forge each signed part.
+    Returns (status, body, headers, nonce)."""
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    nonce = secrets.token_hex(16) if nonce is None else nonce
+    signed_body = body if signed_body is None else signed_body
+    signed_target = target if signed_target is None else signed_target
+    headers = {"Connection": "close"}
+    if sign:
+        canonical = b"\n".join([
+            b"hvd-rendezvous-v1", method.encode(), signed_target.encode(), str(timestamp).encode(),
+            nonce.encode(), hashlib.sha256(signed_body).hexdigest().encode()])
+        headers.update({
+            "X-Hvd-Timestamp": str(timestamp),
+            "X-Hvd-Nonce": nonce,
+            "X-Hvd-Signature": hmac.new(secret.encode(), canonical, hashlib.sha256).hexdigest(),
+        })
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, target, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read(), dict(response.getheaders()), nonce
+    finally:
+        conn.close()
+
+
+# -- behaviour -----------------------------------------------------------------
+
+def test_make_secret_is_64_hex_chars_and_fresh():
+    a, b = make_secret(), make_secret()
+    assert len(a) == 64 and int(a, 16) >= 0
+    assert a != b
+
+
+def test_set_then_get_returns_value(client):
+    client.set("rank/0", b"10.0.0.5:4000")
+    assert client.get("rank/0") == b"10.0.0.5:4000"
+
+
+def test_keys_and_values_may_hold_any_bytes(client):
+    key = "odd key/with ?query&chars=1#frag%20 and ünicode"
+    value = bytes(range(256)) * 10
+    client.set(key, value)
+    assert client.get(key) == value
+    client.set(b"\x00\xffbinary-key", b"")
+    assert client.get(b"\x00\xffbinary-key") == b""
+
+
+def test_set_replaces_value(client):
+    client.set("k", b"old")
+    client.set("k", b"new")
+    assert client.get("k") == b"new"
+
+
+def test_get_waits_for_a_value_set_later(client):
+    writer = threading.Timer(0.5, client.set, args=("late", b"here"))
+    start = time.monotonic()
+    writer.start()
+    try:
+        assert client.get("late", timeout=10) == b"here"
+    finally:
+        writer.join()
+    assert 0.4 <= time.monotonic() - start < 5
+
+
+def test_get_of_missing_key_times_out_naming_key_and_store(client, server):
+    start = time.monotonic()
+    with pytest.raises(RendezvousTimeoutError) as info:
+        client.get("never/set", timeout=0.5)
+    assert 0.45 <= time.monotonic() - start < 3
+    message = str(info.value)
+    assert "never/set" in message and str(server.port) in message
+    assert isinstance(info.value, TimeoutError)
+
+
+def test_get_with_zero_timeout_looks_once(client):
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("absent", timeout=0)
+    client.set("present", b"1")
+    assert client.get("present", timeout=0) == b"1"
+
+
+def test_add_starts_at_zero_and_returns_new_value(client):
+    assert client.add("counter", 5) == 5
+    assert client.add("counter", -7) == -2
+    assert client.get("counter") == b"-2"
+
+
+def test_concurrent_adds_from_threads_are_atomic(client):
+    threads, adds_per_thread = 8, 40
+    results = []
+    lock = threading.Lock()
+
+    def add_many():
+        for _ in range(adds_per_thread):
+            value = client.add("shared", 1)
+            with lock:
+                results.append(value)
+
+    workers = [threading.Thread(target=add_many) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    total = threads * adds_per_thread
+    assert client.get("shared") == str(total).encode()
+    # Each add saw a distinct value: no two adds were merged.
+    assert sorted(results) == list(range(1, total + 1))
+
+
+def test_add_to_non_integer_value_fails(client):
+    client.set("text", b"not a number")
+    with pytest.raises(RendezvousError, match="not an integer"):
+        client.add("text", 1)
+
+
+def test_delete_removes_key_and_is_idempotent(client):
+    client.set("gone", b"1")
+    client.delete("gone")
+    client.delete("gone")
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("gone", timeout=0)
+
+
+def test_get_wakes_every_waiter(client):
+    values = []
+    readers = [threading.Thread(target=lambda: values.append(client.get("broadcast", timeout=10)))
+               for _ in range(4)]
+    for r in readers:
+        r.start()
+    time.sleep(0.2)
+    client.set("broadcast", b"go")
+    for r in readers:
+        r.join()
+    assert values == [b"go"] * 4
+
+
+def test_server_reports_port_and_restarts_cleanly(secret):
+    srv = RendezvousServer(secret, host="127.0.0.1")
+    port = srv.start()
+    assert port == srv.port and port > 0
+    srv.stop()
+    srv.stop()  # idempotent
+    with pytest.raises(RendezvousError, match="cannot reach"):
+        RendezvousClient("127.0.0.1", port, secret, timeout=0.5).set("k", b"v")
+
+
+def test_server_requires_a_secret():
+    with pytest.raises(ValueError):
+        RendezvousServer("")
+
+
+# -- authentication ------------------------------------------------------------
+
+def test_accepted_response_is_signed_and_bound_to_the_request_nonce(server, secret):
+    status, body, headers, nonce = _send_signed(server.port, secret, "PUT", "/v1/kv/a", b"v")
+    assert status == 204
+    canonical = b"\n".join([b"hvd-rendezvous-v1-response", b"204", nonce.encode(),
+                            hashlib.sha256(body).hexdigest().encode()])
+    assert headers["X-Hvd-Signature"] == hmac.new(secret.encode(), canonical,
+                                                  hashlib.sha256).hexdigest()
+    assert server.rejected_requests == 0
+
+
+def test_unsigned_request_is_rejected_and_not_applied(server, client):
+    status, _, _, _ = _send_signed(server.port, None, "PUT", "/v1/kv/target", b"forged", sign=False)
+    assert status == 401
+    assert server.rejected_requests == 1
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("target", timeout=0)
+
+
+def test_request_signed_with_wrong_secret_is_rejected_and_not_applied(server, client):
+    status, _, _, _ = _send_signed(server.port, make_secret(), "PUT", "/v1/kv/target", b"forged")
+    assert status == 401
+    status, _, _, _ = _send_signed(server.port, make_secret(), "POST", "/v1/add/n", b"100")
+    assert status == 401
+    assert server.rejected_requests == 2
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("target", timeout=0)
+    assert client.add("n", 1) == 1
+
+
+def test_replayed_request_is_rejected_and_not_applied(server, secret, client):
+    nonce = secrets.token_hex(16)
+    timestamp = int(time.time())
+    status, _, _, _ = _send_signed(server.port, secret, "PUT", "/v1/kv/k", b"first",
+                                   timestamp=timestamp, nonce=nonce)
+    assert status == 204
+    client.set("k", b"second")
+    status, _, _, _ = _send_signed(server.port, secret, "PUT", "/v1/kv/k", b"first",
+                                   timestamp=timestamp, nonce=nonce)
+    assert status == 401
+    assert server.rejected_requests == 1
+    assert client.get("k") == b"second"
+
+
+def test_replayed_add_is_not_counted_twice(server, secret, client):
+    nonce = secrets.token_hex(16)
+    timestamp = int(time.time())
+    for expected_status in (200, 401):
+        status, _, _, _ = _send_signed(server.port, secret, "POST", "/v1/add/n", b"5",
+                                       timestamp=timestamp, nonce=nonce)
+        assert status == expected_status
+    assert client.get("n") == b"5"
+
+
+def test_tampered_body_is_rejected_and_not_applied(server, secret, client):
+    status, _, _, _ = _send_signed(server.port, secret, "PUT", "/v1/kv/k", b"tampered",
+                                   signed_body=b"original")
+    assert status == 401
+    assert server.rejected_requests == 1
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("k", timeout=0)
+
+
+def test_tampered_key_is_rejected_and_not_applied(server, secret, client):
+    status, _, _, _ = _send_signed(server.port, secret, "PUT", "/v1/kv/other", b"v",
+                                   signed_target="/v1/kv/k")
+    assert status == 401
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("other", timeout=0)
+
+
+@pytest.mark.parametrize("skew", [-400, 400])
+def test_stale_or_future_request_is_rejected(server, secret, client, skew):
+    status, body, _, _ = _send_signed(server.port, secret, "PUT", "/v1/kv/k", b"v",
+                                      timestamp=int(time.time()) + skew)
+    assert status == 401 and b"stale" in body
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("k", timeout=0)
+
+
+@pytest.mark.parametrize("nonce", ["short", "has space in it!", "x" * 200])
+def test_malformed_nonce_is_rejected(server, secret, nonce):
+    status, _, _, _ = _send_signed(server.port, secret, "PUT", "/v1/kv/k", b"v", nonce=nonce)
+    assert status == 401
+
+
+def test_rejection_is_logged_with_client_address(server, caplog):
+    with caplog.at_level(logging.WARNING, logger="horovod.rendezvous"):
+        _send_signed(server.port, None, "PUT", "/v1/kv/k", b"v", sign=False)
+    messages = [r.getMessage() for r in caplog.records if r.name == "horovod.rendezvous"]
+    assert any("127.0.0.1" in m and "unsigned" in m for m in messages), messages
+
+
+def test_client_with_wrong_secret_raises_auth_error(server):
+    bad = RendezvousClient("127.0.0.1", server.port, make_secret(), timeout=5)
+    with pytest.raises(RendezvousAuthError, match="rejected"):
+        bad.set("k", b"v")
+    with pytest.raises(RendezvousAuthError):
+        bad.get("k", timeout=1)
+    assert server.rejected_requests == 2
+
+
+class _UnsignedResponder(http.server.BaseHTTPRequestHandler):
+    """A server that does not know the secret and answers everything with 200."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"fake")
+
+    do_PUT = do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnsignedResponder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_client_detects_a_server_without_the_secret(fake_server, secret):
+    fake = RendezvousClient("127.0.0.1", fake_server, secret, timeout=5)
+    with pytest.raises(RendezvousAuthError, match="not signed"):
+        fake.get("k", timeout=1)
+
+
+# -- the engine's C++ client (src/rendezvous/http_store.cc) -------------------
+
+@pytest.fixture(scope="session")
+def cpp_client_binary():
+    """Builds tests/rendezvous_cpp once into a cached build folder."""
+    cmake = shutil.which("cmake")
+    if cmake is None or (shutil.which("c++") is None and shutil.which("g++") is None):
+        pytest.skip("cmake and a C++ compiler are needed for the C++ client test")
+    source = PACKAGE_ROOT / "tests" / "rendezvous_cpp"
+    build = pathlib.Path(os.environ.get(
+        "HVD_RENDEZVOUS_CPP_BUILD_DIR",
+        os.path.join(tempfile.gettempdir(), "hvd-rendezvous-cpp-test-%d" % os.getuid())))
+    for command in ([cmake, "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+                    [cmake, "--build", str(build), "-j2"]):
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, "%s failed:\n%s\n%s" % (command, result.stdout, result.stderr)
+    return build / "http_store_client_test"
+
+
+def _run_cpp(binary, port, secret, scenario):
+    result = subprocess.run([str(binary), "127.0.0.1", str(port), secret, scenario],
+                            capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "FAIL" not in result.stdout, output
+    return output
+
+
+def test_cpp_client_roundtrip_against_python_server(cpp_client_binary, server, client, secret):
+    client.set("py/from-python", b"hello from python")
+    output = _run_cpp(cpp_client_binary, server.port, secret, "roundtrip")
+    assert "PASS concurrent_adds_are_atomic" in output
+    assert "PASS get_waits_for_a_later_set" in output
+    assert client.get("cpp/from-cpp") == b"hello from c++"
+    assert client.get("cpp/concurrent") == b"100"
+    assert server.rejected_requests == 0
+
+
+def test_cpp_client_with_wrong_secret_is_rejected(cpp_client_binary, server, client):
+    _run_cpp(cpp_client_binary, server.port, make_secret(), "wrong-secret")
+    assert server.rejected_requests == 3
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("cpp/forged", timeout=0)
+    with pytest.raises(RendezvousTimeoutError):
+        client.get("cpp/forged-counter", timeout=0)
+
+
+def test_cpp_client_reports_unreachable_store(cpp_client_binary, secret):
+    srv = RendezvousServer(secret, host="127.0.0.1")
+    port = srv.start()
+    srv.stop()
+    _run_cpp(cpp_client_binary, port, secret, "unreachable")
+
+
+def test_cpp_client_detects_a_server_without_the_secret(cpp_client_binary, fake_server, secret):
+    _run_cpp(cpp_client_binary, fake_server, secret, "unsigned-server")

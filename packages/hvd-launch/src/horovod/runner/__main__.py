@@ -1,0 +1,5 @@
+"""``python -m horovod.runner`` is ``horovodrun``."""
+
+from horovod.runner.launch import main
+
+main()

@@ -1,0 +1,227 @@
+"""Turns launch settings into a running job: rendezvous store, worker environments, processes.
+
+Shared by ``horovodrun`` and ``horovod.run()``.  Everything that can be
+checked before a process starts (hosts, slots, interfaces, ssh reachability,
+mpirun) is checked first, so bad input fails within seconds and starts
+nothing.
+"""
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from horovod.runner import mpi as mpi_launch
+from horovod.runner import ssh
+from horovod.runner.errors import BadInputError, LaunchError
+from horovod.runner.hosts import HostSlots, SlotInfo, assign_slots, is_local_host, local_host_names
+from horovod.runner.job import JobResult, WorkerCommand, WorkerExit, run_job
+from horovod.runner.network import parse_interfaces, rendezvous_address
+from horovod.runner.tuning_flags import tuning_env
+
+DEFAULT_START_TIMEOUT = 30.0
+
+
+@dataclasses.dataclass
+class LaunchSettings:
+    """Everything a static (non-elastic) job needs; mirrors horovodrun's flags."""
+
+    command: List[str]
+    num_proc: int
+    hosts: List[HostSlots]
+    ssh_port: Optional[int] = None
+    ssh_identity_file: Optional[str] = None
+    use_mpi: bool = False
+    mpi_args: Optional[str] = None
+    tcp_only: bool = False
+    binding_args: Optional[str] = None
+    network_interfaces: Optional[str] = None
+    output_filename: Optional[str] = None
+    prefix_timestamp: bool = False
+    verbose: bool = False
+    start_timeout: float = DEFAULT_START_TIMEOUT
+    tuning: Dict[str, object] = dataclasses.field(default_factory=dict)
+    # Variables added to every worker's environment (horovod.run() uses it).
+    extra_env: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _start_rendezvous(bind_host: str):
+    try:
+        from horovod.common.rendezvous import RendezvousServer, make_secret
+    except ImportError as e:
+        raise LaunchError(f"horovodrun needs hvd-core's rendezvous store (pip install hvd-core): {e}") \
+            from None
+    secret = make_secret()
+    server = RendezvousServer(secret, host=bind_host, port=0)
+    port = server.start()
+    return server, secret, port
+
+
+def base_worker_env(settings: LaunchSettings, rendezvous_addr: str, rendezvous_port: int,
+                    secret: str, gloo: bool = True) -> Dict[str, str]:
+    """Returns the environment every worker shares: the caller's plus the job's HOROVOD_* variables."""
+    env = dict(os.environ)
+    env.update(tuning_env(settings.tuning))
+    env.update({
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
+        "HOROVOD_SECRET_KEY": secret,
+        "PYTHONUNBUFFERED": "1",
+    })
+    if gloo:
+        env["HOROVOD_CONTROLLER"] = "gloo"
+        env["HOROVOD_CPU_OPERATIONS"] = "gloo"
+    interfaces = settings.network_interfaces or os.environ.get("HOROVOD_GLOO_IFACE")
+    if interfaces:
+        env["HOROVOD_GLOO_IFACE"] = interfaces
+    env.update(settings.extra_env)
+    return env
+
+
+def _log(settings: LaunchSettings, message: str) -> None:
+    if settings.verbose:
+        sys.stderr.write(f"horovodrun: {message}\n")
+        sys.stderr.flush()
+
+
+def _output_dir(settings: LaunchSettings, rank: int) -> Optional[str]:
+    if not settings.output_filename:
+        return None
+    return os.path.join(os.path.abspath(settings.output_filename), f"rank.{rank}")
+
+
+def plan(settings: LaunchSettings) -> List[SlotInfo]:
+    """Returns the rank placement for ``settings`` (raises BadInputError when it cannot fit)."""
+    return assign_slots(settings.hosts, settings.num_proc)
+
+
+def launch(settings: LaunchSettings,
+           on_failure: Optional[Callable[[WorkerExit], None]] = None,
+           on_started: Optional[Callable[[object, str, int, str], None]] = None,
+           on_finished: Optional[Callable[[object, str, int, str], None]] = None) -> JobResult:
+    """Runs the job described by ``settings`` and returns how it ended.
+
+    Args:
+        settings: the job.
+        on_failure: called with the first failing worker before the others are stopped.
+        on_started: called as ``on_started(server, addr, port, secret)`` once the
+            rendezvous store runs and before any worker starts (horovod.run()
+            stores the function there).
+        on_finished: called the same way after the workers ended, before the
+            store stops (horovod.run() collects the results there).
+
+    Raises:
+        BadInputError: the host plan or an option is invalid.
+        HostUnreachableError: a remote host failed the ssh check.
+        MpiNotFoundError: ``use_mpi`` without a usable mpirun.
+        LaunchError: the rendezvous store could not start.
+    """
+    slots = plan(settings)
+    interfaces = parse_interfaces(settings.network_interfaces) if settings.network_interfaces else None
+    local_names = local_host_names()
+    used_hosts = list(dict.fromkeys(s.hostname for s in slots))
+    remote_hosts = [h for h in used_hosts if not is_local_host(h, local_names)]
+    mpi_impl = mpi_launch.detect_mpirun() if settings.use_mpi else None
+    if settings.output_filename and not settings.use_mpi:
+        for slot in slots:
+            try:
+                os.makedirs(_output_dir(settings, slot.rank), exist_ok=True)
+            except OSError as e:
+                raise BadInputError(f"--output-filename {settings.output_filename!r}: cannot create "
+                                    f"{_output_dir(settings, slot.rank)}: {e.strerror}") from None
+    address = rendezvous_address(remote_hosts, interfaces)
+    if remote_hosts and not settings.use_mpi:
+        _log(settings, f"checking ssh to {', '.join(remote_hosts)}")
+        ssh.check_hosts(remote_hosts, settings.ssh_port, settings.ssh_identity_file,
+                        settings.start_timeout)
+
+    # A store only local workers reach over loopback stays off the network.
+    loopback_only = address.startswith("127.") and not remote_hosts
+    server, secret, port = _start_rendezvous("127.0.0.1" if loopback_only else "0.0.0.0")
+    _log(settings, f"rendezvous store at {address}:{port}; {len(slots)} rank(s) on "
+                   f"{', '.join(used_hosts)}")
+    try:
+        if on_started is not None:
+            on_started(server, address, port, secret)
+        env = base_worker_env(settings, address, port, secret, gloo=not settings.use_mpi)
+        if settings.use_mpi:
+            commands = [_mpirun_command(settings, mpi_impl, slots, env, all_local=not remote_hosts)]
+        else:
+            commands = [_gloo_command(settings, slot, env, slot.hostname in remote_hosts)
+                        for slot in slots]
+        probe = _mpi_failure_probe(port, secret) if settings.use_mpi else None
+        result = run_job(commands, prefix_timestamp=settings.prefix_timestamp,
+                         on_failure=on_failure, verbose=settings.verbose, failure_probe=probe)
+        if on_finished is not None:
+            on_finished(server, address, port, secret)
+        return result
+    finally:
+        server.stop()
+
+
+def _gloo_command(settings: LaunchSettings, slot: SlotInfo, env: Dict[str, str],
+                  remote: bool) -> WorkerCommand:
+    worker_env = dict(env)
+    worker_env.update(slot.to_env())
+    label = str(slot.rank)
+    if remote:
+        spec = {"argv": settings.command, "env": ssh.remote_env(worker_env), "cwd": os.getcwd()}
+        argv = ssh.ssh_argv(slot.hostname, ssh.guard_command(signal_as_exit_code=True),
+                            settings.ssh_port, settings.ssh_identity_file,
+                            connect_timeout=settings.start_timeout)
+        return WorkerCommand(label, argv, dict(os.environ), spec, remote_host=slot.hostname,
+                             output_dir=_output_dir(settings, slot.rank))
+    spec = {"argv": settings.command, "env": worker_env, "cwd": os.getcwd()}
+    argv = [sys.executable, "-u", "-m", "horovod.runner.worker_guard"]
+    return WorkerCommand(label, argv, dict(os.environ), spec,
+                         output_dir=_output_dir(settings, slot.rank))
+
+
+def _mpirun_command(settings: LaunchSettings, mpi_impl, slots: Sequence[SlotInfo],
+                    env: Dict[str, str], all_local: bool) -> WorkerCommand:
+    # Remote MPI ranks get only the variables named here (local ones inherit
+    # mpirun's environment): the job's own and those that find Python.
+    forwarded = sorted(k for k in env
+                       if k.startswith("HOROVOD_") or k in settings.extra_env
+                       or k in ("PYTHONUNBUFFERED", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH"))
+    used_hosts: List[HostSlots] = []
+    for host in settings.hosts:
+        count = sum(1 for s in slots if s.hostname == host.hostname)
+        if count:
+            used_hosts.append(HostSlots(host.hostname, count))
+    command = mpi_launch.rank_output_command(settings.command, settings.prefix_timestamp,
+                                             settings.output_filename)
+    argv = mpi_launch.mpirun_argv(
+        mpi_impl, used_hosts, settings.num_proc, forwarded, command, all_local,
+        ssh_port=settings.ssh_port, ssh_identity_file=settings.ssh_identity_file,
+        tcp_only=settings.tcp_only, binding_args=settings.binding_args,
+        mpi_args=settings.mpi_args)
+    _log(settings, "running " + " ".join(argv))
+    mpi_env = mpi_launch.mpirun_env(mpi_impl, env, settings.ssh_port, settings.ssh_identity_file)
+    # mpirun runs under the guard too, so it is stopped even if the launcher is killed.
+    guard = [sys.executable, "-u", "-m", "horovod.runner.worker_guard"]
+    spec = {"argv": argv, "env": mpi_env, "cwd": os.getcwd()}
+    return WorkerCommand("mpirun", guard, dict(os.environ), spec, prefix_output=False)
+
+
+def _mpi_failure_probe(port: int, secret: str, interval: float = 0.25):
+    """Returns a probe for the first rank failure the MPI ranks report to the store."""
+    from horovod.common.rendezvous import RendezvousClient
+    from horovod.runner.mpi_rank_output import FIRST_FAILURE_KEY
+    client = RendezvousClient("127.0.0.1", port, secret, timeout=1)
+    next_check = [0.0]
+
+    def probe(force: bool = False) -> Optional[WorkerExit]:
+        now = time.monotonic()
+        if now < next_check[0] and not force:
+            return None
+        next_check[0] = now + interval
+        try:
+            rank, code = client.get(FIRST_FAILURE_KEY, timeout=0).decode().split()
+        except Exception:  # Not reported (yet).
+            return None
+        code = int(code)
+        return WorkerExit(rank, code if code > 0 else None, -code if code < 0 else None)
+
+    return probe

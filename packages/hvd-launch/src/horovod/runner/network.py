@@ -1,0 +1,94 @@
+"""Which address of the launcher host the workers use to reach the rendezvous store.
+
+With ``--network-interfaces`` the first listed interface that has an IPv4
+address is used.  Otherwise the address is the one the kernel routes from
+towards the remote hosts (all hosts must agree, or the job fails with a
+message asking for ``--network-interfaces``); a job with only local slots
+uses the loopback address.
+"""
+
+import fcntl
+import socket
+import struct
+from typing import List, Optional, Sequence
+
+from horovod.runner.errors import BadInputError, HostUnreachableError
+
+_SIOCGIFADDR = 0x8915
+
+
+def interface_ipv4_address(name: str) -> Optional[str]:
+    """Returns the IPv4 address of network interface ``name``, or None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def list_interfaces() -> List[str]:
+    """Returns the names of this host's network interfaces."""
+    return [name for _, name in socket.if_nameindex()]
+
+
+def parse_interfaces(value: str) -> List[str]:
+    """Splits a ``--network-interfaces`` value (``eth0,eth1``) and checks each exists here.
+
+    Raises:
+        BadInputError: the list is empty or names an interface this host lacks.
+    """
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise BadInputError("--network-interfaces is empty; give names such as eth0,ib0")
+    known = set(list_interfaces())
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise BadInputError(
+            f"--network-interfaces: no interface named {', '.join(missing)} on this host "
+            f"(it has {', '.join(sorted(known))})")
+    return names
+
+
+def _route_source_address(hostname: str) -> str:
+    try:
+        infos = socket.getaddrinfo(hostname, 22, socket.AF_INET, socket.SOCK_DGRAM)
+    except socket.gaierror as e:
+        raise HostUnreachableError(f"cannot resolve host {hostname!r}: {e.strerror}") from None
+    target = infos[0][4][0]
+    # A UDP connect sends nothing; it only asks the kernel which source
+    # address it would route from.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((target, 9))
+        except OSError as e:
+            raise HostUnreachableError(f"no route to host {hostname!r} ({target}): {e.strerror}") from None
+        return s.getsockname()[0]
+
+
+def rendezvous_address(remote_hosts: Sequence[str], interfaces: Optional[Sequence[str]] = None) -> str:
+    """Returns the launcher address every worker can reach the rendezvous store at.
+
+    Raises:
+        BadInputError: a named interface has no IPv4 address, or the remote
+            hosts are reached through different source addresses.
+        HostUnreachableError: a remote host does not resolve or has no route.
+    """
+    if interfaces:
+        for name in interfaces:
+            address = interface_ipv4_address(name)
+            if address:
+                return address
+        raise BadInputError(f"--network-interfaces {','.join(interfaces)}: none has an IPv4 address")
+    if not remote_hosts:
+        return "127.0.0.1"
+    addresses = {host: _route_source_address(host) for host in remote_hosts}
+    distinct = set(addresses.values())
+    if len(distinct) > 1:
+        # Workers on different networks would each need a different address,
+        # but they all share one HOROVOD_GLOO_RENDEZVOUS_ADDR.
+        detail = ", ".join(f"{h} via {a}" for h, a in addresses.items())
+        raise BadInputError(
+            f"the remote hosts are reached from different local addresses ({detail}); "
+            "choose one with --network-interfaces")
+    return distinct.pop()
