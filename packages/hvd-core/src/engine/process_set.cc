@@ -416,9 +416,15 @@ void ProcessSetRuntime::step_worker() {
       execute(decode_responses(payload));
     } else if (type == MessageType::kGoodbye) {
       channels_[0].close();
-      throw_error(ErrorCode::kInternal, "rank " + std::to_string(ranks_[0]) +
-                                            " (coordinator of process set " + std::to_string(id_) +
-                                            ") has shut down. " + kShutDownMessage);
+      std::string reason = "rank " + std::to_string(ranks_[0]) + " (coordinator of process set " +
+                           std::to_string(id_) + ") has shut down. " + kShutDownMessage;
+      if (in_flight_.empty() && join_handle_ == nullptr && !queue_nonempty_.load()) {
+        // The job is ending normally: nothing was lost, so nothing to report.
+        fail_everything(Error(ErrorCode::kInternal, reason));
+        finished_ = true;
+        return;
+      }
+      throw_error(ErrorCode::kInternal, reason);
     } else if (type == MessageType::kAbort) {
       channels_[0].close();
       throw_error(ErrorCode::kInternal, payload);

@@ -28,7 +28,6 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -98,11 +97,6 @@ void tune_socket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // Buffer sizes are left to the kernel's autotuning: a fixed SO_RCVBUF is
   // capped by net.core.rmem_max (often 208 KiB), far below what autotuning reaches.
-  if (const char* v = std::getenv("HVD_TCP_BUFFER_BYTES")) {
-    int bytes = std::atoi(v);
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
-  }
   int flags = fcntl(fd, F_GETFL, 0);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }

@@ -10,6 +10,7 @@
 #include "transport/shm/shm_communicator.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -42,7 +43,9 @@ constexpr size_t kDefaultSlotBytes = 256 * 1024;
 // Below this, every member reduces the whole (small) payload itself: one
 // barrier instead of two, which is what small-message latency is made of.
 constexpr size_t kSmallAllreduceBytes = 32 * 1024;
-constexpr int kSpinIterations = 4000;
+// Long enough to cover the usual skew between members within a pipelined
+// collective; short enough not to starve a descheduled peer of its core.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
 constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
 
@@ -81,6 +84,32 @@ bool process_alive(int pid) {
   return state != 'Z' && state != 'X' && state != 'x';
 }
 
+// Identifies this process's PID namespace ("pid:[4026531836]" -> number).
+// Peer pids are only meaningful to us when the peer shares it (containers
+// on one host may share /dev/shm but not PIDs). 0 = unknown.
+uint64_t pid_namespace_id() {
+  char link[64] = {0};
+  ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+  if (n <= 0) return 0;
+  uint64_t id = 0;
+  for (ssize_t i = 0; i < n; ++i) {
+    if (link[i] >= '0' && link[i] <= '9') id = id * 10 + static_cast<uint64_t>(link[i] - '0');
+  }
+  return id;
+}
+
+// CPUs this process may run on: the affinity mask (taskset, cpusets) can
+// be far smaller than the machine, and spinning only pays with a core each.
+unsigned usable_cpus() {
+  unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    cpus = std::min(cpus, static_cast<unsigned>(std::max(1, CPU_COUNT(&set))));
+  }
+  return cpus;
+}
+
 size_t slot_bytes_from_env() {
   // Internal tuning knob for benchmarks; not part of the user-facing API.
   const char* v = std::getenv("HVD_SHM_SLOT_BYTES");
@@ -97,6 +126,7 @@ struct alignas(64) ShmMemberState {
   std::atomic<uint64_t> arrived_step;
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> departed;
+  std::atomic<uint64_t> pid_namespace;
   std::atomic<uint64_t> scratch[2];  // for max_over_members, double-buffered like the slots
   char abort_reason[kAbortReasonBytes];
 };
@@ -125,7 +155,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   rank_ = options.rank;
   size_ = static_cast<int>(options.global_ranks.size());
   if (size_ == 0) size_ = 1;
-  spin_ = static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
+  spin_ = static_cast<unsigned>(size_) <= usable_cpus();
   slot_bytes_ = slot_bytes_from_env();
   if (size_ == 1) return;  // nothing to share
 
@@ -192,6 +222,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                                           "' does not match this communicator (different member count or "
                                           "HVD_SHM_SLOT_BYTES on member 0)");
   }
+  member_states(header_)[rank_].pid_namespace.store(pid_namespace_id());
   member_states(header_)[rank_].pid.store(static_cast<int32_t>(getpid()));
   if (rank_ == 0) {
     store.set(options.key + "/shm/ready", "1");
@@ -271,7 +302,9 @@ void ShmCommunicator::check_peers(uint64_t target_step, const char* op) {
       fail(op, member_name(m) + " left the collective (its communicator was destroyed)");
     }
     int pid = members[m].pid.load();
-    if (pid != 0 && !process_alive(pid)) {
+    uint64_t pid_namespace = members[m].pid_namespace.load();
+    bool pid_visible = pid != 0 && pid_namespace != 0 && pid_namespace == members[rank_].pid_namespace.load();
+    if (pid_visible && !process_alive(pid)) {
       fail(op, member_name(m) + ", pid " + std::to_string(pid) + ", died");
     }
   }
@@ -280,9 +313,13 @@ void ShmCommunicator::check_peers(uint64_t target_step, const char* op) {
 void ShmCommunicator::wait_for_generation(uint32_t generation, uint64_t target_step, const char* op) {
   std::atomic<uint32_t>& current = header_->generation;
   if (spin_) {
-    for (int i = 0; i < kSpinIterations; ++i) {
-      if (current.load(std::memory_order_acquire) != generation) return;
-      cpu_pause();
+    Clock::time_point spin_end = Clock::now() + kSpinTime;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (current.load(std::memory_order_acquire) != generation) return;
+        cpu_pause();
+      }
+      if (Clock::now() > spin_end) break;
     }
   }
   Clock::time_point start = Clock::now();

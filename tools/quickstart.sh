@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# quickstart.sh - sets up a virtual environment with hvd (engine + launcher)
+# and runs a real 2-process data-parallel training job on the CPU.
+# Usage: tools/quickstart.sh [-np N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NP=2
+if [[ "${1:-}" == "-np" && -n "${2:-}" ]]; then NP="$2"; fi
+VENV="${HVD_VENV:-.venv}"
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  python3 -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+python -m pip install -q --disable-pip-version-check numpy scikit-build-core PyYAML cloudpickle
+# --no-build-isolation: build with the scikit-build-core just installed and
+# the machine's cmake, instead of downloading a fresh build environment.
+python -m pip install -q --disable-pip-version-check --no-build-isolation \
+  ./packages/hvd-core ./packages/hvd-launch
+
+echo "== horovodrun -np $NP python examples/numpy/train_logistic_regression.py"
+exec horovodrun -np "$NP" python examples/numpy/train_logistic_regression.py

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run_tests.sh - the whole test suite, from a fresh machine: installs what the
+# tests need (system packages when missing, a virtual environment with the
+# packages built from this checkout), then runs the C++ unit tests and every
+# package's pytest suite. Exit status: non-zero when anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+VENV="${HVD_TEST_VENV:-$ROOT/.venv-test}"
+JOBS="${HVD_JOBS:-2}"
+
+# System tools the tests use for real: cmake/ninja/g++ (build), sshd (the
+# launcher's ssh tests start one on loopback).
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v ninja >/dev/null || need_apt+=(ninja-build)
+command -v g++ >/dev/null || need_apt+=(g++)
+[[ -x /usr/sbin/sshd ]] || need_apt+=(openssh-server)
+command -v ssh >/dev/null || need_apt+=(openssh-client)
+if (( ${#need_apt[@]} )); then
+  if [[ $(id -u) -eq 0 ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "run_tests.sh: missing ${need_apt[*]} (install them, or run as root)" >&2
+  fi
+fi
+
+[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+python -m pip install -q --disable-pip-version-check numpy scikit-build-core pytest pytest-timeout \
+  ml_dtypes PyYAML cloudpickle
+python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
+  ./packages/hvd-core ./packages/hvd-launch
+
+echo "== C++ unit tests"
+cmake -S packages/hvd-core -B build/cpp-tests -G Ninja -DHVD_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/cpp-tests -j "$JOBS" >/dev/null
+ctest --test-dir build/cpp-tests --output-on-failure
+
+echo "== Python tests"
+# From outside the source folders, so `import horovod` is the installed copy.
+cd "$ROOT/build"
+python -m pytest -p no:cacheprovider --timeout=300 -q "$@" \
+  "$ROOT/packages/hvd-core/tests/python" "$ROOT/packages/hvd-launch/tests"
