@@ -13,7 +13,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
-python -m pip install -q --disable-pip-version-check numpy scikit-build-core PyYAML cloudpickle
+python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel PyYAML cloudpickle
 # --no-build-isolation: build with the scikit-build-core just installed and
 # the machine's cmake, instead of downloading a fresh build environment.
 python -m pip install -q --disable-pip-version-check --no-build-isolation \

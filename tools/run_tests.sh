@@ -28,7 +28,7 @@ fi
 [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
-python -m pip install -q --disable-pip-version-check numpy scikit-build-core pytest pytest-timeout \
+python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout \
   ml_dtypes PyYAML cloudpickle
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   ./packages/hvd-core ./packages/hvd-launch
