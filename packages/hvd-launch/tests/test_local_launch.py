@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import base_env, horovodrun
+from launch_harness import base_env, horovodrun
 
 PRINT_ENV = (
     "import json, os; "
@@ -138,3 +138,9 @@ def test_help_is_a_manual():
     for text in ("-np N", "--hostfile", "--mpi", "--output-filename", "--fusion-threshold-mb",
                  "HOROVOD_FUSION_THRESHOLD", "--min-np", "Examples:"):
         assert text in result.stdout
+
+
+def test_first_usable_interface_of_a_list_is_passed_on():
+    result = horovodrun("-np", 1, "--network-interfaces", "lo,lo", sys.executable, "-c", PRINT_ENV)
+    assert result.returncode == 0, result.stderr
+    assert _worker_envs(result.stdout)[0]["HOROVOD_GLOO_IFACE"] == "lo"

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import horovodrun, mpi_env
+from launch_harness import horovodrun, mpi_env
 
 pytestmark = pytest.mark.mpi
 
@@ -92,7 +92,7 @@ def test_killed_launcher_leaves_no_mpi_ranks_behind(mpi_bin, tmp_path):
     import os
     import subprocess
 
-    from conftest import pid_alive, wait_until
+    from launch_harness import pid_alive, wait_until
     process = subprocess.Popen([sys.executable, "-m", "horovod.runner", "--mpi", "-np", "2",
                                 sys.executable, "-c", RECORD_PID_AND_WAIT, str(tmp_path)],
                                env=mpi_env(mpi_bin), stdout=subprocess.DEVNULL,
@@ -104,3 +104,15 @@ def test_killed_launcher_leaves_no_mpi_ranks_behind(mpi_bin, tmp_path):
     pids = [int(f.read_text()) for f in files]
     assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15), \
         f"still running: {[p for p in pids if pid_alive(p)]} ({os.uname().nodename})"
+
+
+@pytest.mark.ssh
+def test_mpirun_reaches_remote_hosts_with_the_ssh_options(mpi_bin, sshd):
+    env = mpi_env(mpi_bin, HVDRUN_SSH_OPTIONS=sshd.ssh_options)
+    result = horovodrun("--mpi", "-np", 2, "-H", "localhost:1,127.0.0.2:1", "-p", sshd.port,
+                        "-i", sshd.identity_file, sys.executable, "-c", PRINT_MPI_ENV, env=env,
+                        timeout=120)
+    assert result.returncode == 0, result.stderr
+    ids = sorted(_mpi_ids(json.loads(line.split(":", 1)[1])) for line in result.stdout.splitlines())
+    # One rank per "host": each is local rank 0 of 1.
+    assert ids == [(0, 2, 0, 1), (1, 2, 0, 1)]

@@ -9,7 +9,7 @@ import horovod.runner
 from horovod.runner.errors import BadInputError
 from horovod.runner.run_api import RemoteTraceback
 
-from conftest import base_env
+from launch_harness import base_env
 
 
 @pytest.fixture(autouse=True)
@@ -92,8 +92,13 @@ def test_bad_arguments_fail_before_starting():
         horovod.runner.run(rank_times, args=(1,), num_proc=1, use_gloo=True, use_mpi=True)
     with pytest.raises(BadInputError, match="hvd-elastic"):
         horovod.runner.run(rank_times, args=(1,), num_proc=1, min_num_proc=1)
-    with pytest.raises(BadInputError, match="needs num_proc"):
-        horovod.runner.run(rank_times, args=(1,))
+    with pytest.raises(BadInputError, match="hvd-elastic"):
+        horovod.runner.run(rank_times, args=(1,), min_np=1, max_np=2)
+
+
+def test_np_is_accepted_and_defaults_to_one():
+    assert horovod.runner.run(rank_times, args=(1,)) == [0]
+    assert horovod.runner.run(rank_times, args=(1,), np=2) == [0, 1]
 
 
 def test_horovod_run_is_horovod_runner_run():
@@ -138,7 +143,7 @@ def test_check_build_reports_what_is_installed(capsys):
 
 
 def test_check_build_flag():
-    from conftest import horovodrun
+    from launch_harness import horovodrun
     result = horovodrun("--check-build")
     assert result.returncode == 0
     assert "[X] Gloo" in result.stdout and "PyTorch" in result.stdout

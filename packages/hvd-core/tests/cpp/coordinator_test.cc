@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "engine/coordinator.h"
 #include "engine/message.h"
 #include "test_harness.h"
@@ -280,7 +281,7 @@ HVD_TEST(control_messages_round_trip_and_reject_truncation) {
   bool threw = false;
   try {
     decode_responses(encoded.substr(0, encoded.size() - 3));
-  } catch (const Error&) {
+  } catch (const hvd::Error&) {
     threw = true;
   }
   EXPECT_TRUE(threw);

@@ -338,15 +338,15 @@ def test_client_detects_a_server_without_the_secret(fake_server, secret):
 # -- the engine's C++ client (src/rendezvous/http_store.cc) -------------------
 
 @pytest.fixture(scope="session")
-def cpp_client_binary():
-    """Builds tests/rendezvous_cpp once into a cached build folder."""
+def cpp_client_binary(tmp_path_factory):
+    """Builds tests/rendezvous_cpp once per test session."""
     cmake = shutil.which("cmake")
     if cmake is None or (shutil.which("c++") is None and shutil.which("g++") is None):
         pytest.skip("cmake and a C++ compiler are needed for the C++ client test")
     source = PACKAGE_ROOT / "tests" / "rendezvous_cpp"
     build = pathlib.Path(os.environ.get(
         "HVD_RENDEZVOUS_CPP_BUILD_DIR",
-        os.path.join(tempfile.gettempdir(), "hvd-rendezvous-cpp-test-%d" % os.getuid())))
+        str(tmp_path_factory.mktemp("rendezvous-cpp"))))
     for command in ([cmake, "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
                     [cmake, "--build", str(build), "-j2"]):
         result = subprocess.run(command, capture_output=True, text=True)

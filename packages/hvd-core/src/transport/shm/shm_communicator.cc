@@ -46,6 +46,7 @@ constexpr size_t kSmallAllreduceBytes = 32 * 1024;
 // Long enough to cover the usual skew between members within a pipelined
 // collective; short enough not to starve a descheduled peer of its core.
 constexpr auto kSpinTime = std::chrono::microseconds(50);
+constexpr auto kMinSpinTime = std::chrono::microseconds(2);
 constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
 
@@ -312,8 +313,9 @@ void ShmCommunicator::check_peers(uint64_t target_step, const char* op) {
 
 void ShmCommunicator::wait_for_generation(uint32_t generation, uint64_t target_step, const char* op) {
   std::atomic<uint32_t>& current = header_->generation;
+  Clock::time_point start = Clock::now();
   if (spin_) {
-    Clock::time_point spin_end = Clock::now() + kSpinTime;
+    Clock::time_point spin_end = start + spin_budget_;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (current.load(std::memory_order_acquire) != generation) return;
@@ -322,7 +324,23 @@ void ShmCommunicator::wait_for_generation(uint32_t generation, uint64_t target_s
       if (Clock::now() > spin_end) break;
     }
   }
-  Clock::time_point start = Clock::now();
+  // Adapt the spin budget to how long waits really take: if the peers came
+  // soon after we gave up, spin that long next time; if they took far
+  // longer (a descheduled peer on a busy machine), spinning only steals
+  // their CPU, so spin less.
+  struct SpinTuner {
+    ShmCommunicator* self;
+    Clock::time_point start;
+    ~SpinTuner() {
+      if (!self->spin_) return;
+      auto waited = Clock::now() - start;
+      if (waited <= kSpinTime) {
+        self->spin_budget_ = std::min<Clock::duration>(kSpinTime, std::max(self->spin_budget_, waited * 2));
+      } else {
+        self->spin_budget_ = std::max<Clock::duration>(kMinSpinTime, self->spin_budget_ / 2);
+      }
+    }
+  } tuner{this, start};
   Clock::time_point last_peer_check = start;
   auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(options_.timeout_seconds));

@@ -92,7 +92,7 @@ from typing import Dict, List, Optional
 from horovod.runner.config_file import load_config_file
 from horovod.runner.errors import BadInputError, ElasticNotInstalledError, LaunchError
 from horovod.runner.hosts import HostSlots, parse_hostfile, parse_hosts
-from horovod.runner.launcher import DEFAULT_START_TIMEOUT, LaunchSettings, launch
+from horovod.runner.launcher import DEFAULT_START_TIMEOUT, LaunchSettings, launch, plan
 from horovod.runner.tuning_flags import LOG_LEVELS, TUNING_FLAGS
 
 ENV_PREFIX = "HVDRUN_"
@@ -175,8 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
          help="ssh private key for the remote hosts.")
     _add(hosts, "--network-interfaces", "--network-interface", dest="network_interfaces",
          metavar="IF,...", env_extra="HOROVOD_GLOO_IFACE",
-         help="Network interfaces to use (e.g. eth0); passed to workers as HOROVOD_GLOO_IFACE. "
-              "Default: the interface routing to the remote hosts.")
+         help="Comma-separated network interfaces; the first with an IPv4 address here carries "
+              "the rendezvous and is passed to the workers as HOROVOD_GLOO_IFACE. "
+              "Default: the routes between the hosts decide.")
 
     controller = parser.add_argument_group("controller").add_mutually_exclusive_group()
     _add(controller, "--gloo", dest="use_gloo", action="store_true",
@@ -350,7 +351,6 @@ def _describe_rank(settings: LaunchSettings, label: str) -> str:
     if label == "mpirun":
         return "mpirun"
     try:
-        from horovod.runner.launcher import plan
         slot = plan(settings)[int(label)]
         return f"rank {label} (host {slot.hostname}, local rank {slot.local_rank})"
     except (ValueError, IndexError):

@@ -17,7 +17,7 @@ from horovod.runner import ssh
 from horovod.runner.errors import BadInputError, LaunchError
 from horovod.runner.hosts import HostSlots, SlotInfo, assign_slots, is_local_host, local_host_names
 from horovod.runner.job import JobResult, WorkerCommand, WorkerExit, run_job
-from horovod.runner.network import parse_interfaces, rendezvous_address
+from horovod.runner.network import interface_ipv4_address, parse_interfaces, rendezvous_address
 from horovod.runner.tuning_flags import tuning_env
 
 DEFAULT_START_TIMEOUT = 30.0
@@ -54,12 +54,15 @@ def _start_rendezvous(bind_host: str):
             from None
     secret = make_secret()
     server = RendezvousServer(secret, host=bind_host, port=0)
-    port = server.start()
+    try:
+        port = server.start()
+    except OSError as e:
+        raise LaunchError(f"cannot start the rendezvous store on {bind_host}: {e.strerror}") from None
     return server, secret, port
 
 
 def base_worker_env(settings: LaunchSettings, rendezvous_addr: str, rendezvous_port: int,
-                    secret: str, gloo: bool = True) -> Dict[str, str]:
+                    secret: str, gloo: bool = True, interface: Optional[str] = None) -> Dict[str, str]:
     """Returns the environment every worker shares: the caller's plus the job's HOROVOD_* variables."""
     env = dict(os.environ)
     env.update(tuning_env(settings.tuning))
@@ -72,9 +75,10 @@ def base_worker_env(settings: LaunchSettings, rendezvous_addr: str, rendezvous_p
     if gloo:
         env["HOROVOD_CONTROLLER"] = "gloo"
         env["HOROVOD_CPU_OPERATIONS"] = "gloo"
-    interfaces = settings.network_interfaces or os.environ.get("HOROVOD_GLOO_IFACE")
-    if interfaces:
-        env["HOROVOD_GLOO_IFACE"] = interfaces
+    if interface:
+        # The engine takes one interface name; the caller's own
+        # HOROVOD_GLOO_IFACE is otherwise forwarded unchanged.
+        env["HOROVOD_GLOO_IFACE"] = interface
     env.update(settings.extra_env)
     return env
 
@@ -131,6 +135,9 @@ def launch(settings: LaunchSettings,
                 raise BadInputError(f"--output-filename {settings.output_filename!r}: cannot create "
                                     f"{_output_dir(settings, slot.rank)}: {e.strerror}") from None
     address = rendezvous_address(remote_hosts, interfaces)
+    # Workers advertise the address of this interface to their peers; without
+    # one, hvd-core uses the address each host routes to the store from.
+    interface = next((n for n in interfaces if interface_ipv4_address(n)), None) if interfaces else None
     if remote_hosts and not settings.use_mpi:
         _log(settings, f"checking ssh to {', '.join(remote_hosts)}")
         ssh.check_hosts(remote_hosts, settings.ssh_port, settings.ssh_identity_file,
@@ -144,7 +151,8 @@ def launch(settings: LaunchSettings,
     try:
         if on_started is not None:
             on_started(server, address, port, secret)
-        env = base_worker_env(settings, address, port, secret, gloo=not settings.use_mpi)
+        env = base_worker_env(settings, address, port, secret, gloo=not settings.use_mpi,
+                              interface=interface)
         if settings.use_mpi:
             commands = [_mpirun_command(settings, mpi_impl, slots, env, all_local=not remote_hosts)]
         else:

@@ -83,13 +83,8 @@ def mpirun_argv(mpi: MpiImplementation, hosts: Sequence[HostSlots], num_proc: in
         argv.append("--oversubscribe")
         if tcp_only:
             argv += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader"]
-        rsh_args = []
-        if ssh_port is not None:
-            rsh_args += ["-p", str(ssh_port)]
-        if ssh_identity_file is not None:
-            rsh_args += ["-i", ssh_identity_file]
-        if rsh_args:
-            argv += ["--mca", "plm_rsh_args", " ".join(rsh_args)]
+        if not all_local:
+            argv += ["--mca", "plm_rsh_args", _ssh_options(ssh_port, ssh_identity_file)]
         for name in forwarded_vars:
             argv += ["-x", name]
     else:
@@ -112,14 +107,21 @@ def mpirun_env(mpi: MpiImplementation, env: Dict[str, str], ssh_port: Optional[i
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     if mpi.flavour == MPICH:
-        extra = []
-        if ssh_port is not None:
-            extra += ["-p", str(ssh_port)]
-        if ssh_identity_file is not None:
-            extra += ["-i", ssh_identity_file]
-        if extra:
-            env["HYDRA_LAUNCHER_EXTRA_ARGS"] = " ".join(extra)
+        env["HYDRA_LAUNCHER_EXTRA_ARGS"] = _ssh_options(ssh_port, ssh_identity_file)
     return env
+
+
+def _ssh_options(ssh_port: Optional[int], ssh_identity_file: Optional[str]) -> str:
+    # mpirun's own ssh gets the same batch-mode options as horovodrun's, so a
+    # host that would prompt fails instead of hanging the job.
+    from horovod.runner.ssh import SSH_OPTIONS_ENV
+    options = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+    if ssh_port is not None:
+        options += ["-p", str(ssh_port)]
+    if ssh_identity_file is not None:
+        options += ["-i", ssh_identity_file]
+    options += shlex.split(os.environ.get(SSH_OPTIONS_ENV, ""))
+    return " ".join(shlex.quote(o) for o in options)
 
 
 def rank_output_command(command: Sequence[str], prefix_timestamp: bool,

@@ -55,14 +55,15 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         use_mpi: Optional[bool] = None, mpi_args: Optional[str] = None,
         network_interfaces: Optional[str] = None, network_interface: Optional[str] = None,
         executable: Optional[str] = None, prefix_output_with_timestamp: bool = False,
-        **unsupported) -> List[Any]:
+        np: Optional[int] = None, **unsupported) -> List[Any]:
     """Launches a Horovod job that runs ``func(*args, **kwargs)`` on every rank.
 
     Args:
         func: The function to run; it is pickled with cloudpickle.
         args: Positional arguments for ``func``.
         kwargs: Keyword arguments for ``func``.
-        num_proc: Number of ranks (default: total slots of ``hosts``/``hostfile``).
+        num_proc: Number of ranks (``np`` is Horovod's spelling); default: the total
+            slots of ``hosts``/``hostfile``, else 1.
         hosts: Host list as for ``-H``, e.g. ``"server1:2,server2:2"``
             (default ``localhost:num_proc``).
         hostfile: Host file as for ``--hostfile``.
@@ -93,7 +94,8 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
     from horovod.common.rendezvous import RendezvousClient
 
     if unsupported:
-        elastic = {"min_num_proc", "max_num_proc", "slots", "reset_limit", "cooldown_range"}
+        elastic = {"min_num_proc", "max_num_proc", "min_np", "max_np", "slots", "reset_limit",
+                   "cooldown_range"}
         if set(unsupported) & elastic:
             raise BadInputError("elastic horovod.run() (min_num_proc, max_num_proc, ...) needs the "
                                 "hvd-elastic package: pip install hvd-elastic")
@@ -108,9 +110,9 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
     elif hostfile:
         host_list = parse_hostfile(hostfile)
     if num_proc is None:
-        if host_list is None:
-            raise BadInputError("run() needs num_proc when no hosts are given")
-        num_proc = sum(h.slots for h in host_list)
+        num_proc = np
+    if num_proc is None:
+        num_proc = 1 if host_list is None else sum(h.slots for h in host_list)
     if host_list is None:
         host_list = [HostSlots("localhost", num_proc)]
 
