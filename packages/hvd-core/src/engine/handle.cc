@@ -94,22 +94,47 @@ void handle_fail_all(hvd_handle* handle, const Error& error) {
   finish(handle);
 }
 
+namespace {
+
+// How long a waiting caller keeps driving the engine before it sleeps and
+// leaves the work to the background thread. Long enough for any small
+// collective; short enough that a rank waiting for a slow peer does not burn
+// a core for long.
+constexpr auto kDriveBudget = std::chrono::microseconds(500);
+
+thread_local bool t_driving = false;  // completion callbacks may wait too
+
+}  // namespace
+
 bool handle_wait(hvd_handle* handle, double timeout_seconds) {
-  if (handle->completed.load(std::memory_order_acquire)) return true;
-  // A short spin catches small collectives that finish within microseconds
-  // without paying for a futex sleep and wake-up.
-  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-  while (std::chrono::steady_clock::now() < spin_until) {
-    if (handle->completed.load(std::memory_order_acquire)) return true;
-    std::this_thread::yield();
-  }
-  std::unique_lock<std::mutex> lock(handle->mu);
   auto done = [&] { return handle->completed.load(std::memory_order_acquire); };
+  if (done()) return true;
+  auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<Driver> driver = handle->driver.lock();
+  if (driver && !t_driving && driver->callers_may_drive()) {
+    auto drive_until = start + kDriveBudget;
+    if (timeout_seconds >= 0) {
+      drive_until = std::min(drive_until, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                      std::chrono::duration<double>(timeout_seconds)));
+    }
+    t_driving = true;
+    while (!done() && std::chrono::steady_clock::now() < drive_until) {
+      if (driver->drive_once()) continue;
+      // The background thread holds the engine; it will finish the work.
+      std::this_thread::yield();
+    }
+    t_driving = false;
+    if (done()) return true;
+    driver->wake();
+  }
+  driver.reset();
+  std::unique_lock<std::mutex> lock(handle->mu);
   if (timeout_seconds < 0) {
     handle->cv.wait(lock, done);
     return true;
   }
-  return handle->cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds), done);
+  auto remaining = std::chrono::duration<double>(timeout_seconds) - (std::chrono::steady_clock::now() - start);
+  return handle->cv.wait_for(lock, remaining, done);
 }
 
 }  // namespace hvd

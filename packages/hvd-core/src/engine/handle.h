@@ -22,6 +22,22 @@ namespace hvd {
 // A core-owned result tensor handed out as a DLManagedTensor.
 DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype);
 
+// Something that can advance the engine on the calling thread (the process
+// set runtime). A thread blocked in handle_wait() drives it instead of
+// sleeping: handing work to another thread and back costs two wake-ups,
+// which on virtual machines cost tens of microseconds each.
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  // Runs one non-blocking step of the engine if no other thread is doing so;
+  // returns false when it could not (another thread drives, or stopped).
+  virtual bool drive_once() = 0;
+  // Makes sure the background thread takes over (the caller stops driving).
+  virtual void wake() = 0;
+  // Whether callers should drive at all (not when ranks outnumber cores).
+  virtual bool callers_may_drive() const = 0;
+};
+
 struct TensorSlot {
   RequestMeta meta;
   const void* input = nullptr;  // data + byte_offset of the caller's input
@@ -39,6 +55,7 @@ struct TensorSlot {
 struct hvd_handle {
   std::atomic<int> refs{2};  // caller + engine
   int32_t process_set_id = 0;
+  std::weak_ptr<hvd::Driver> driver;
   std::vector<hvd::TensorSlot> tensors;
   hvd_alloc_fn alloc = nullptr;
   void* alloc_ctx = nullptr;
@@ -67,7 +84,9 @@ void handle_unref(hvd_handle* handle);
 void handle_complete_tensor(hvd_handle* handle, size_t index, const Error* error);
 // Fails every tensor that is still outstanding.
 void handle_fail_all(hvd_handle* handle, const Error& error);
-// Blocks until completion or timeout; returns false on timeout.
+// Blocks until completion or timeout; returns false on timeout. Drives the
+// engine on this thread for a while first (see Driver).
 bool handle_wait(hvd_handle* handle, double timeout_seconds);
+
 
 }  // namespace hvd

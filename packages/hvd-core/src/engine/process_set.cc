@@ -47,8 +47,6 @@ class SoloCommunicator : public Communicator {
   std::string transport_name() const override { return "LOCAL"; }
 };
 
-constexpr auto kSpinWindow = std::chrono::microseconds(60);
-constexpr auto kRecentActivity = std::chrono::milliseconds(5);
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 
 const char* kShutDownMessage =
@@ -115,6 +113,7 @@ void ProcessSetRuntime::start() {
 
 void ProcessSetRuntime::enqueue(hvd_handle* handle) {
   handle->remaining = handle->tensors.size();
+  handle->driver = weak_from_this();
   std::unique_lock<std::mutex> lock(queue_mu_);
   if (member_ < 0) {
     throw_error(ErrorCode::kInvalidArgument, "rank " + std::to_string(context_.global_rank) +
@@ -185,51 +184,73 @@ void ProcessSetRuntime::release_name(const std::string& name) {
   names_in_flight_.erase(name);
 }
 
-void ProcessSetRuntime::loop() {
-  last_activity_ = Clock::now();
-  next_stall_check_ = last_activity_ + std::chrono::seconds(1);
-  wake_at_ = Clock::time_point::max();
-  while (!finished_) {
-    try {
-      if (member_ == 0) step_coordinator();
-      else step_worker();
-    } catch (const Error& e) {
-      fail(e.what());
-    } catch (const std::exception& e) {
-      fail(std::string("unexpected error in the background thread of process set ") + std::to_string(id_) +
-           ": " + e.what());
-    }
+void ProcessSetRuntime::guarded_step() {
+  try {
+    step();
+  } catch (const Error& e) {
+    fail(e.what());
+  } catch (const std::exception& e) {
+    fail(std::string("unexpected error in the background thread of process set ") + std::to_string(id_) + ": " +
+         e.what());
   }
 }
 
-void ProcessSetRuntime::wait_for_work(Clock::time_point deadline) {
+void ProcessSetRuntime::step() {
+  if (member_ == 0) step_coordinator();
+  else step_worker();
+}
+
+bool ProcessSetRuntime::drive_once() {
+  std::unique_lock<std::mutex> lock(drive_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || finished_) return false;
+  guarded_step();
+  return true;
+}
+
+void ProcessSetRuntime::wake() {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+void ProcessSetRuntime::loop() {
+  {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    next_stall_check_ = Clock::now() + std::chrono::seconds(1);
+    wake_at_ = Clock::time_point::max();
+  }
+  for (;;) {
+    std::vector<pollfd> fds;
+    Clock::time_point deadline;
+    {
+      std::lock_guard<std::mutex> lock(drive_mu_);
+      if (finished_) return;
+      guarded_step();
+      if (finished_) return;
+      deadline = std::min(wake_at_, Clock::now() + kMaxSleep);
+      fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+      for (auto& ch : channels_) {
+        if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+      }
+    }
+    wait_for_events(std::move(fds), deadline);
+  }
+}
+
+// Sleeps until there is something to do: a local request, a message on a
+// control channel, stop/abort, or the deadline (heartbeats, cycle time).
+// Callers that wait for a result drive the engine themselves, so the
+// background thread never needs to spin.
+void ProcessSetRuntime::wait_for_events(std::vector<pollfd> fds, Clock::time_point deadline) {
   auto ready_now = [&] {
     return queue_nonempty_.load() || stop_requested_.load() || abort_requested_.load();
   };
-  if (ready_now()) return;
-  std::vector<pollfd> fds;
-  fds.push_back(pollfd{wake_fd_, POLLIN, 0});
-  for (auto& ch : channels_) {
-    if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
-  }
-  auto now = Clock::now();
-  if (context_.config.spin && now - last_activity_ < kRecentActivity) {
-    // Busy-poll briefly: back-to-back small collectives then cost no sleep
-    // and wake-up, which would dominate their latency.
-    auto spin_end = std::min(deadline, now + kSpinWindow);
-    while (Clock::now() < spin_end) {
-      if (ready_now()) return;
-      if (::poll(fds.data(), fds.size(), 0) > 0) return;
-      sched_yield();
-    }
-  }
   sleeping_.store(true);
   if (ready_now()) {
     sleeping_.store(false);
     return;
   }
-  now = Clock::now();
-  auto wait = std::min(deadline, now + kMaxSleep) - now;
+  auto wait = deadline - Clock::now();
   if (wait < Clock::duration::zero()) wait = Clock::duration::zero();
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
   timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -303,7 +324,6 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
     executor_->run(r, locals);
     for (const auto& name : r.names) in_flight_.erase(name);
   }
-  last_activity_ = Clock::now();
   // A collective that completed proves its peers alive.
   for (auto& ch : channels_) ch.touch_received();
 }
@@ -326,8 +346,6 @@ void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
 
 void ProcessSetRuntime::step_coordinator() {
   auto now = Clock::now();
-  auto deadline = std::min(wake_at_, now + kMaxSleep);
-  wait_for_work(deadline);
   if (abort_requested_.load()) {
     std::string reason;
     {
@@ -385,7 +403,6 @@ void ProcessSetRuntime::step_coordinator() {
 }
 
 void ProcessSetRuntime::step_worker() {
-  wait_for_work(Clock::now() + kMaxSleep);
   if (abort_requested_.load()) {
     std::string reason;
     {

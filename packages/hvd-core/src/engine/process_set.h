@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <poll.h>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -55,7 +56,7 @@ struct ProcessSetContext {
   std::function<void(const std::string&)> on_fatal;
 };
 
-class ProcessSetRuntime {
+class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<ProcessSetRuntime> {
  public:
   ProcessSetRuntime(const ProcessSetContext& context, int32_t id, std::vector<int> ranks);
   ~ProcessSetRuntime();
@@ -77,13 +78,22 @@ class ProcessSetRuntime {
   // Failure elsewhere: everything pending and later fails with `reason`.
   void abort(const std::string& reason);
 
+  // Driver: a waiting caller runs the engine on its own thread.
+  bool drive_once() override;
+  void wake() override;
+  bool callers_may_drive() const override { return context_.config.spin; }
+
  private:
   void loop();
+  // One non-blocking step: handle stop/abort, take the queue, read the
+  // control channels, negotiate, execute. Caller holds drive_mu_.
+  void step();
+  void guarded_step();  // step() with failures turned into fail()
   void step_coordinator();
   void step_worker();
   void drain_queue(std::vector<RequestMeta>* metas);
   void execute(const std::vector<Response>& responses);
-  void wait_for_work(Clock::time_point deadline);
+  void wait_for_events(std::vector<pollfd> fds, Clock::time_point deadline);
   void check_heartbeats(Clock::time_point now);
   void fail(const std::string& reason);
   void fail_everything(const Error& error);
@@ -110,14 +120,15 @@ class ProcessSetRuntime {
   std::string abort_reason_;  // guarded by queue_mu_
   int wake_fd_ = -1;
 
-  // Background thread only.
+  // Whoever holds drive_mu_ (the background thread, or a caller waiting in
+  // handle_wait) owns everything below.
+  std::mutex drive_mu_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
   std::unordered_map<std::string, LocalTensor> in_flight_;
   hvd_handle* join_handle_ = nullptr;
-  Clock::time_point last_activity_;
   Clock::time_point next_stall_check_;
   Clock::time_point wake_at_;
   bool finished_ = false;
