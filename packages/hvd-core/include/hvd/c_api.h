@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 0
+#define HVD_API_MINOR 1
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -253,8 +253,19 @@ typedef struct hvd_enqueue_args {
   void* alloc_ctx;
   hvd_done_fn on_done; /* optional */
   void* on_done_ctx;
+  /* Since 1.1: a bitwise or of hvd_enqueue_flags. */
+  uint32_t flags;
 } hvd_enqueue_args;
-#define HVD_ENQUEUE_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_enqueue_args, on_done_ctx)
+#define HVD_ENQUEUE_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_enqueue_args, flags)
+
+typedef enum hvd_enqueue_flags {
+  /* The caller will call hvd_handle_wait() on this handle right away. The
+   * waiting thread then runs the engine itself, so the library does not wake
+   * its background thread for this request (a thread hand-off costs more
+   * than a small collective). Without the wait the operation still
+   * completes, but may be delayed by up to 100 ms. */
+  HVD_ENQUEUE_CALLER_WAITS = 1
+} hvd_enqueue_flags;
 
 /* Validates the arguments and queues the operation; returns at once.
  * On success *handle receives a handle the caller must release. */

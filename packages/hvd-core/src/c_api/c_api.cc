@@ -30,16 +30,16 @@ hvd_error* make_error(hvd_error_code code, const std::string& message) {
   }
 }
 
-// The compile-time check that each STRUCT_SIZE macro names its last field.
-static_assert(HVD_INIT_ARGS_STRUCT_SIZE == sizeof(hvd_init_args), "update HVD_INIT_ARGS_STRUCT_SIZE");
-static_assert(HVD_TOPOLOGY_STRUCT_SIZE == sizeof(hvd_topology) ||
-                  HVD_TOPOLOGY_STRUCT_SIZE + 4 == sizeof(hvd_topology),
-              "update HVD_TOPOLOGY_STRUCT_SIZE");
-static_assert(HVD_PROCESS_SET_INFO_STRUCT_SIZE == sizeof(hvd_process_set_info), "update HVD_PROCESS_SET_INFO_STRUCT_SIZE");
-static_assert(HVD_TENSOR_ARGS_STRUCT_SIZE == sizeof(hvd_tensor_args), "update HVD_TENSOR_ARGS_STRUCT_SIZE");
-static_assert(HVD_ENQUEUE_ARGS_STRUCT_SIZE == sizeof(hvd_enqueue_args), "update HVD_ENQUEUE_ARGS_STRUCT_SIZE");
-static_assert(HVD_RESULT_STRUCT_SIZE == sizeof(hvd_result) || HVD_RESULT_STRUCT_SIZE + 4 == sizeof(hvd_result),
-              "update HVD_RESULT_STRUCT_SIZE");
+// The compile-time check that each STRUCT_SIZE macro names its last field:
+// only trailing padding may lie beyond it.
+#define HVD_CHECK_STRUCT_SIZE(type, size_macro) \
+  static_assert(sizeof(type) >= (size_macro) && sizeof(type) - (size_macro) < alignof(type), "update " #size_macro)
+HVD_CHECK_STRUCT_SIZE(hvd_init_args, HVD_INIT_ARGS_STRUCT_SIZE);
+HVD_CHECK_STRUCT_SIZE(hvd_topology, HVD_TOPOLOGY_STRUCT_SIZE);
+HVD_CHECK_STRUCT_SIZE(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE);
+HVD_CHECK_STRUCT_SIZE(hvd_tensor_args, HVD_TENSOR_ARGS_STRUCT_SIZE);
+HVD_CHECK_STRUCT_SIZE(hvd_enqueue_args, HVD_ENQUEUE_ARGS_STRUCT_SIZE);
+HVD_CHECK_STRUCT_SIZE(hvd_result, HVD_RESULT_STRUCT_SIZE);
 
 // Reads a field only when the caller's struct is large enough to hold it.
 #define HVD_FIELD(ptr, field, fallback) \
@@ -126,6 +126,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, const Engine& engine, Pro
   h->alloc_ctx = HVD_FIELD(args, alloc_ctx, nullptr);
   h->on_done = HVD_FIELD(args, on_done, nullptr);
   h->on_done_ctx = HVD_FIELD(args, on_done_ctx, nullptr);
+  h->caller_waits = (HVD_FIELD(args, flags, 0u) & HVD_ENQUEUE_CALLER_WAITS) != 0;
   for (size_t i = 0; i < n; ++i) {
     TensorSlot slot;
     RequestMeta& m = slot.meta;

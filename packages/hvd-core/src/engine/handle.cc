@@ -118,11 +118,13 @@ bool handle_wait(hvd_handle* handle, double timeout_seconds) {
                                                       std::chrono::duration<double>(timeout_seconds)));
     }
     t_driving = true;
+    driver->begin_driving();
     while (!done() && std::chrono::steady_clock::now() < drive_until) {
       if (driver->drive_once()) continue;
       // The background thread holds the engine; it will finish the work.
       std::this_thread::yield();
     }
+    driver->end_driving();
     t_driving = false;
     if (done()) return true;
     driver->wake();

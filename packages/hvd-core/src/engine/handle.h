@@ -36,6 +36,10 @@ class Driver {
   virtual void wake() = 0;
   // Whether callers should drive at all (not when ranks outnumber cores).
   virtual bool callers_may_drive() const = 0;
+  // Bracket a caller's driving: meanwhile the background thread keeps off
+  // the control channels, so a message for the caller does not also wake it.
+  virtual void begin_driving() = 0;
+  virtual void end_driving() = 0;
 };
 
 struct TensorSlot {
@@ -61,6 +65,7 @@ struct hvd_handle {
   void* alloc_ctx = nullptr;
   hvd_done_fn on_done = nullptr;
   void* on_done_ctx = nullptr;
+  bool caller_waits = false;  // HVD_ENQUEUE_CALLER_WAITS
 
   std::mutex mu;
   std::condition_variable cv;

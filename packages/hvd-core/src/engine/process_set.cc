@@ -48,6 +48,7 @@ class SoloCommunicator : public Communicator {
 };
 
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
+constexpr auto kDriverCheck = std::chrono::milliseconds(1);
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -152,7 +153,10 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
   queue_.push_back(handle);
   queue_nonempty_.store(true);
   lock.unlock();
-  if (sleeping_.load()) {
+  // A caller that will wait runs the engine itself (when callers drive at
+  // all); anything else needs the background thread.
+  bool caller_drives = handle->caller_waits && callers_may_drive();
+  if (!caller_drives && sleeping_.load()) {
     uint64_t one = 1;
     ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
     (void)ignored;
@@ -220,6 +224,13 @@ void ProcessSetRuntime::loop() {
     wake_at_ = Clock::time_point::max();
   }
   for (;;) {
+    if (finished_.load()) return;
+    if (active_drivers_.load() > 0 && !stop_requested_.load() && !abort_requested_.load()) {
+      // A caller is running the engine: keep out of its way (waking up for
+      // its messages would only steal its CPU), but look again soon.
+      wait_for_events({pollfd{wake_fd_, POLLIN, 0}}, Clock::now() + kDriverCheck);
+      continue;
+    }
     std::vector<pollfd> fds;
     Clock::time_point deadline;
     {

@@ -82,6 +82,8 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   bool drive_once() override;
   void wake() override;
   bool callers_may_drive() const override { return context_.config.spin; }
+  void begin_driving() override { active_drivers_.fetch_add(1); }
+  void end_driving() override { active_drivers_.fetch_sub(1); }
 
  private:
   void loop();
@@ -117,6 +119,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> abort_requested_{false};
+  std::atomic<int> active_drivers_{0};  // callers inside handle_wait's drive loop
   std::string abort_reason_;  // guarded by queue_mu_
   int wake_fd_ = -1;
 
@@ -131,7 +134,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   hvd_handle* join_handle_ = nullptr;
   Clock::time_point next_stall_check_;
   Clock::time_point wake_at_;
-  bool finished_ = false;
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError
 
 API_MAJOR = 1
-API_MINOR = 0
+API_MINOR = 1
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -85,7 +85,10 @@ class EnqueueArgs(Structure):
     _fields_ = [("struct_size", c_size_t), ("collective", c_int32), ("process_set_id", c_int32),
                 ("reduce_op", c_int32), ("root_rank", c_int32), ("prescale_factor", c_double),
                 ("postscale_factor", c_double), ("tensors", POINTER(TensorArgs)), ("num_tensors", c_size_t),
-                ("alloc", c_void_p), ("alloc_ctx", c_void_p), ("on_done", c_void_p), ("on_done_ctx", c_void_p)]
+                ("alloc", c_void_p), ("alloc_ctx", c_void_p), ("on_done", c_void_p), ("on_done_ctx", c_void_p),
+                ("flags", ctypes.c_uint32)]
+
+ENQUEUE_CALLER_WAITS = 1
 
 
 class Result(Structure):

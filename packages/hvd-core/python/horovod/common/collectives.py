@@ -11,7 +11,7 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.handles import HandleManager, TensorDesc, enqueue, full_name, result
+from horovod.common.handles import HandleManager, TensorDesc, enqueue, full_name, result, run_sync
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import get_average_backwards_compatibility_fun
 
@@ -79,7 +79,8 @@ def _check_process_set(process_set):
                          "hvd.add_process_set()" % process_set)
 
 
-def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective):
+def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
+                     caller_waits=False):
     _check_process_set(process_set)
     inputs = [_describe(t) for t in tensors]
     outs = [_describe(o, "output") for o in outputs]
@@ -89,7 +90,7 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
         names = [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
     c_handle, keepalive = enqueue(c_api.ALLREDUCE, inputs, names, process_set.process_set_id, outputs=outs,
                                   reduce_op=op, prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor)
+                                  postscale_factor=postscale_factor, caller_waits=caller_waits)
     keepalive += [tensors, outputs, inputs, outs]
     single = len(tensors) == 1 and collective == "allreduce"
     return _handles.register(c_handle, lambda h: outputs[0] if single else list(outputs), keepalive)
@@ -131,8 +132,13 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     Returns:
         An array of the same shape and type as `tensor`, reduced across all processes.
     """
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                       process_set))
+    op = _average_compat(op, average)
+    desc = _describe(tensor)
+    output = np.empty_like(tensor)
+    _check_process_set(process_set)
+    run_sync(c_api.ALLREDUCE, desc, _describe(output), full_name("allreduce", name), process_set.process_set_id,
+             op, 0, prescale_factor, postscale_factor)
+    return output
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -146,8 +152,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce; returns `tensor`, which holds the result."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+    op = _average_compat(op, average)
+    desc = _describe(tensor)
+    _check_process_set(process_set)
+    run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set.process_set_id, op, 0,
+             prescale_factor, postscale_factor)
+    return tensor
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -186,7 +196,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 def _gather_like_async(collective, collective_name, tensors, name, process_set, single, reduce_op=Sum,
-                       prescale_factor=1.0, postscale_factor=1.0, splits=None):
+                       prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False):
     _check_process_set(process_set)
     inputs = [_describe(t) for t in tensors]
     if len(tensors) == 1:
@@ -195,7 +205,7 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
         names = [full_name(collective_name, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
     c_handle, keepalive = enqueue(collective, inputs, names, process_set.process_set_id, reduce_op=reduce_op,
                                   prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                  splits=splits)
+                                  splits=splits, caller_waits=caller_waits)
     keepalive += [tensors, inputs]
     dtypes = [t.dtype for t in tensors]
 
@@ -228,7 +238,8 @@ def allgather(tensor, name=None, process_set=global_process_set):
         An array of the same type as `tensor`, concatenated on dimension zero across
         all processes. Its first dimension is the sum of the inputs' first dimensions.
     """
-    return synchronize(allgather_async(tensor, name, process_set))
+    return synchronize(_gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True,
+                                          caller_waits=True))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -241,12 +252,13 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
-def _broadcast_async(tensor, output, root_rank, name, process_set):
+def _broadcast_async(tensor, output, root_rank, name, process_set, caller_waits=False):
     _check_process_set(process_set)
     inputs = [_describe(tensor)]
     outs = [_describe(output, "output")]
     c_handle, keepalive = enqueue(c_api.BROADCAST, inputs, [full_name("broadcast", name)],
-                                  process_set.process_set_id, outputs=outs, root_rank=root_rank)
+                                  process_set.process_set_id, outputs=outs, root_rank=root_rank,
+                                  caller_waits=caller_waits)
     keepalive += [tensor, output, inputs, outs]
     return _handles.register(c_handle, lambda h: output, keepalive)
 
@@ -266,7 +278,12 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     Returns:
         An array of the same shape and type as `tensor`, with the value broadcasted from root rank.
     """
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    desc = _describe(tensor)
+    output = np.empty_like(tensor)
+    _check_process_set(process_set)
+    run_sync(c_api.BROADCAST, desc, _describe(output), full_name("broadcast", name), process_set.process_set_id,
+             root_rank=root_rank)
+    return output
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -276,7 +293,11 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `tensor`, which holds root's value."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    desc = _describe(tensor)
+    _check_process_set(process_set)
+    run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set.process_set_id,
+             root_rank=root_rank)
+    return tensor
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
@@ -345,7 +366,7 @@ def barrier(process_set=global_process_set):
     """A function that acts as a simple sychronization point for ranks specified
     in the given process group. Returns when every rank of the set has called it."""
     _check_process_set(process_set)
-    c_handle, keepalive = enqueue(c_api.BARRIER, [], [b""], process_set.process_set_id)
+    c_handle, keepalive = enqueue(c_api.BARRIER, [], [b""], process_set.process_set_id, caller_waits=True)
     synchronize(_handles.register(c_handle, lambda h: None, keepalive))
 
 
@@ -361,7 +382,7 @@ def join(device=-1):
     Returns:
         The rank that joined last.
     """
-    c_handle, keepalive = enqueue(c_api.JOIN, [], [b""], 0)
+    c_handle, keepalive = enqueue(c_api.JOIN, [], [b""], 0, caller_waits=True)
     return synchronize(_handles.register(c_handle, lambda h: result(h, 0).last_joined_rank, keepalive))
 
 

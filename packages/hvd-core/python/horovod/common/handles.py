@@ -19,7 +19,9 @@ __all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name"]
 # than filling ctypes.Structure fields, and small collectives are latency-bound.
 _DLTENSOR = struct.Struct("<QiiiBBHQQQ")       # 48 bytes
 _TENSOR_ARGS = struct.Struct("<QQQQQQQ")       # 56 bytes
-_ENQUEUE_ARGS = struct.Struct("<QiiiiddQQQQQQ")  # 88 bytes
+_ENQUEUE_ARGS = struct.Struct("<QiiiiddQQQQQQI")  # 92 bytes (struct_size: up to `flags`, ABI 1.1)
+_ENQUEUE_ARGS_SIZE = 92
+_ENQUEUE_ARGS_SPAN = 96  # sizeof(hvd_enqueue_args) with its trailing padding
 _NULL_NAMES = (b"",)
 
 
@@ -55,29 +57,21 @@ def _pack_dltensor(buf, offset, desc, base):
     return shape_off + 8 * len(desc.shape)
 
 
-def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op=1, root_rank=0,
-            prescale_factor=1.0, postscale_factor=1.0, splits=None):
-    """Enqueues one collective (several inputs = a group) and returns the C handle.
-
-    Args:
-        collective: a c_api collective constant (ALLREDUCE, ...).
-        inputs: list of TensorDesc (empty for barrier and join).
-        names: list of full names (bytes; b"" for an engine-generated name).
-        outputs: optional list of TensorDesc (allreduce/broadcast) or None entries.
-        splits: optional list (per input) of alltoall splits, or None.
-    Returns:
-        (c_handle, keepalive): keep `keepalive` referenced until completion.
-    """
+def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
+          postscale_factor, splits, caller_waits):
+    """The hvd_enqueue_args block (with its tensor args, DLTensors, shapes and
+    splits) in one buffer; pointers inside it are absolute."""
     n = len(inputs)
     names = names or _NULL_NAMES
-    size = _ENQUEUE_ARGS.size + _TENSOR_ARGS.size * max(1, n)
+    size = _ENQUEUE_ARGS_SPAN + _TENSOR_ARGS.size * max(1, n)
     for i in range(n):
         size += 2 * (_DLTENSOR.size + 8 * len(inputs[i].shape))
         if splits is not None and splits[i] is not None:
             size += 8 * len(splits[i])
+    size += sum(len(nm) + 1 for nm in names)
     buf = ctypes.create_string_buffer(size)
     base = ctypes.addressof(buf)
-    tensors_off = _ENQUEUE_ARGS.size
+    tensors_off = _ENQUEUE_ARGS_SPAN
     cursor = tensors_off + _TENSOR_ARGS.size * max(1, n)
     for i in range(max(1, n)):
         name = names[i] if i < len(names) else b""
@@ -93,14 +87,83 @@ def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op
                 splits_ptr = base + cursor
                 struct.pack_into("<%dq" % num_splits, buf, cursor, *splits[i])
                 cursor += 8 * num_splits
-        name_ptr = ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value if name else 0
+        name_ptr = 0
+        if name:
+            name_ptr = base + cursor
+            buf[cursor:cursor + len(name)] = name
+            cursor += len(name) + 1
         _TENSOR_ARGS.pack_into(buf, tensors_off + i * _TENSOR_ARGS.size, _TENSOR_ARGS.size, in_ptr, out_ptr,
-                               splits_ptr, num_splits, name_ptr or 0, len(name))
-    _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS.size, collective, process_set_id, reduce_op, root_rank,
-                            prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0)
+                               splits_ptr, num_splits, name_ptr, len(name))
+    _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS_SIZE, collective, process_set_id, reduce_op, root_rank,
+                            prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0,
+                            1 if caller_waits else 0)
+    return buf
+
+
+def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op=1, root_rank=0,
+            prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False):
+    """Enqueues one collective (several inputs = a group) and returns the C handle.
+
+    Args:
+        collective: a c_api collective constant (ALLREDUCE, ...).
+        inputs: list of TensorDesc (empty for barrier and join).
+        names: list of full names (bytes; b"" for an engine-generated name).
+        outputs: optional list of TensorDesc (allreduce/broadcast) or None entries.
+        splits: optional list (per input) of alltoall splits, or None.
+        caller_waits: the caller synchronizes right away (HVD_ENQUEUE_CALLER_WAITS):
+            its wait then runs the engine instead of waking the background thread.
+    Returns:
+        (c_handle, keepalive): keep `keepalive` referenced until completion.
+    """
+    buf = _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
+                postscale_factor, splits, caller_waits)
     handle = ctypes.c_void_p()
-    c_api.check(c_api.lib().hvd_enqueue(base, ctypes.byref(handle)))
+    c_api.check(c_api.lib().hvd_enqueue(ctypes.addressof(buf), ctypes.byref(handle)))
     return handle.value, [buf, names]
+
+
+_POINTER = struct.Struct("<Q")
+_templates = threading.local()
+_MAX_TEMPLATES = 4096
+
+
+def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
+             postscale_factor=1.0):
+    """Enqueues one single-tensor collective and waits for it: the fast path of
+    the synchronous API.
+
+    The packed argument block depends only on the call's signature, so it is
+    built once per signature (per thread) and only the data pointers are
+    patched afterwards: small collectives are dominated by this overhead.
+    Raises the operation's error.
+    """
+    cache = getattr(_templates, "cache", None)
+    if cache is None:
+        cache = _templates.cache = {}
+    key = (collective, name, process_set_id, desc_in.shape, desc_in.code, desc_in.bits, desc_out is None,
+           desc_out is desc_in, reduce_op, root_rank, prescale_factor, postscale_factor)
+    template = cache.get(key)
+    if template is None:
+        if len(cache) >= _MAX_TEMPLATES:
+            cache.clear()
+        outputs = None if desc_out is None else [desc_out]
+        buf = _pack(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank, prescale_factor,
+                    postscale_factor, None, True)
+        tensor_args = _ENQUEUE_ARGS_SPAN
+        in_off = tensor_args + _TENSOR_ARGS.size
+        out_off = None if desc_out is None else in_off + _DLTENSOR.size + 8 * len(desc_in.shape)
+        template = cache[key] = (buf, ctypes.addressof(buf), in_off, out_off, name)
+    buf, base, in_off, out_off, _ = template
+    _POINTER.pack_into(buf, in_off, desc_in.data_ptr)
+    if out_off is not None:
+        _POINTER.pack_into(buf, out_off, desc_out.data_ptr)
+    library = c_api.lib()
+    handle = ctypes.c_void_p()
+    c_api.check(library.hvd_enqueue(base, ctypes.byref(handle)))
+    try:
+        c_api.check(library.hvd_handle_wait(handle, -1.0))
+    finally:
+        library.hvd_handle_release(handle)
 
 
 def result(handle, index=0):

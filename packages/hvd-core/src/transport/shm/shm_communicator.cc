@@ -39,14 +39,23 @@ namespace {
 
 constexpr uint64_t kArenaMagic = 0x6876645f73686d31ULL;  // "hvd_shm1"
 constexpr size_t kAbortReasonBytes = 256;
-constexpr size_t kDefaultSlotBytes = 256 * 1024;
+// Chunk size of the pipelined collectives. Members that spin meet at each
+// chunk's barrier within microseconds, so small chunks (cache-resident)
+// win; members that must sleep pay a futex wake-up per barrier, so they
+// use fewer, larger chunks.
+constexpr size_t kSpinningSlotBytes = 256 * 1024;
+constexpr size_t kSleepingSlotBytes = 1024 * 1024;
 // Below this, every member reduces the whole (small) payload itself: one
 // barrier instead of two, which is what small-message latency is made of.
 constexpr size_t kSmallAllreduceBytes = 32 * 1024;
 // Long enough to cover the usual skew between members within a pipelined
 // collective; short enough not to starve a descheduled peer of its core.
-constexpr auto kSpinTime = std::chrono::microseconds(50);
-constexpr auto kMinSpinTime = std::chrono::microseconds(2);
+// Spinning is only enabled when every member has a CPU, so a peer that is
+// late by up to a couple of milliseconds is still cheaper to spin for than
+// a futex sleep, whose wake-up costs tens of microseconds on virtual
+// machines and, repeated per chunk, would dominate large collectives.
+constexpr auto kSpinTime = std::chrono::microseconds(2000);
+constexpr auto kMinSpinTime = std::chrono::microseconds(200);
 constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
 
@@ -111,12 +120,13 @@ unsigned usable_cpus() {
   return cpus;
 }
 
-size_t slot_bytes_from_env() {
+size_t slot_bytes_from_env(bool spinning) {
+  const size_t fallback = spinning ? kSpinningSlotBytes : kSleepingSlotBytes;
   // Internal tuning knob for benchmarks; not part of the user-facing API.
   const char* v = std::getenv("HVD_SHM_SLOT_BYTES");
-  if (v == nullptr) return kDefaultSlotBytes;
+  if (v == nullptr) return fallback;
   long long parsed = std::atoll(v);
-  if (parsed < 4096) return kDefaultSlotBytes;
+  if (parsed < 4096) return fallback;
   return align_up(static_cast<size_t>(parsed), 4096);
 }
 
@@ -157,7 +167,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   size_ = static_cast<int>(options.global_ranks.size());
   if (size_ == 0) size_ = 1;
   spin_ = static_cast<unsigned>(size_) <= usable_cpus();
-  slot_bytes_ = slot_bytes_from_env();
+  slot_bytes_ = slot_bytes_from_env(spin_);
   if (size_ == 1) return;  // nothing to share
 
   arena_bytes_ = data_offset(size_) + slot_bytes_ * (2 * size_ + 2);

@@ -60,7 +60,7 @@ class ShmCommunicator : public Communicator {
   size_t slot_bytes_ = 0;
   uint64_t step_ = 0;        // steps completed by this member (same on every member)
   bool spin_ = true;         // false when members outnumber cores
-  std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(50);
+  std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(200);
   std::atomic<bool> local_abort_{false};
 };
 
