@@ -120,8 +120,6 @@ def test_rank_killed_mid_job_ends_the_job_naming_it():
 
 
 @pytest.mark.mpi
-@pytest.mark.xfail(strict=False, reason="needs hvd-core to start from MPI variables alone "
-                                        "(no rendezvous store); issue 3 asks for it")
 def test_plain_mpirun_without_horovodrun(mpi_bin):
     env = mpi_env(mpi_bin, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     argv = [os.path.join(mpi_bin, "mpirun"), "-np", "2"]

@@ -200,6 +200,30 @@ void ProcessSetRuntime::guarded_step() {
 }
 
 void ProcessSetRuntime::step() {
+  if (abort_requested_.load()) {
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      reason = abort_reason_;
+    }
+    fail(reason);
+    return;
+  }
+  if (stop_requested_.load()) {
+    // Tell the peers this is a clean exit (the coordinator tells every
+    // worker, a worker its coordinator); a peer that is gone already needs
+    // no telling.
+    for (auto& ch : channels_) {
+      if (!ch.open()) continue;
+      try {
+        ch.send(MessageType::kGoodbye, "");
+      } catch (const Error&) {
+      }
+    }
+    fail_everything(Error(ErrorCode::kInternal, kShutDownMessage));
+    finished_ = true;
+    return;
+  }
   if (member_ == 0) step_coordinator();
   else step_worker();
 }
@@ -357,29 +381,6 @@ void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
 
 void ProcessSetRuntime::step_coordinator() {
   auto now = Clock::now();
-  if (abort_requested_.load()) {
-    std::string reason;
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      reason = abort_reason_;
-    }
-    fail(reason);
-    return;
-  }
-  if (stop_requested_.load()) {
-    for (auto& ch : channels_) {
-      if (!ch.open()) continue;
-      try {
-        ch.send(MessageType::kGoodbye, "");
-      } catch (const Error&) {
-        // The worker is gone already; nothing to tell it.
-      }
-    }
-    fail_everything(Error(ErrorCode::kInternal, kShutDownMessage));
-    finished_ = true;
-    return;
-  }
-  now = Clock::now();
   std::vector<RequestMeta> metas;
   drain_queue(&metas);
   for (const auto& m : metas) coordinator_->add_request(0, m, now);
@@ -414,26 +415,6 @@ void ProcessSetRuntime::step_coordinator() {
 }
 
 void ProcessSetRuntime::step_worker() {
-  if (abort_requested_.load()) {
-    std::string reason;
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      reason = abort_reason_;
-    }
-    fail(reason);
-    return;
-  }
-  if (stop_requested_.load()) {
-    if (!channels_.empty() && channels_[0].open()) {
-      try {
-        channels_[0].send(MessageType::kGoodbye, "");
-      } catch (const Error&) {
-      }
-    }
-    fail_everything(Error(ErrorCode::kInternal, kShutDownMessage));
-    finished_ = true;
-    return;
-  }
   std::vector<RequestMeta> metas;
   drain_queue(&metas);
   if (!metas.empty()) channels_[0].send(MessageType::kRequests, encode_requests(metas));

@@ -72,6 +72,9 @@ class HorovodBasics:
             library = c_api.lib()
             if library.hvd_is_initialized():
                 return
+            # A plain `mpirun python train.py` brings ranks but no store.
+            from horovod.common.mpirun_bootstrap import bootstrap_from_mpirun
+            bootstrap_from_mpirun()
             args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
             flat = [r for ps in process_sets for r in ps.ranks]
             ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
