@@ -100,7 +100,7 @@ namespace {
 // leaves the work to the background thread. Long enough for any small
 // collective; short enough that a rank waiting for a slow peer does not burn
 // a core for long.
-constexpr auto kDriveBudget = std::chrono::microseconds(500);
+constexpr auto kDriveBudget = std::chrono::microseconds(2000);
 
 thread_local bool t_driving = false;  // completion callbacks may wait too
 
@@ -119,9 +119,11 @@ bool handle_wait(hvd_handle* handle, double timeout_seconds) {
     }
     t_driving = true;
     driver->begin_driving();
+    const bool yield_each_step = driver->callers_should_yield();
     while (!done() && std::chrono::steady_clock::now() < drive_until) {
-      if (driver->drive_once()) continue;
-      // The background thread holds the engine; it will finish the work.
+      if (driver->drive_once() && !yield_each_step) continue;
+      // Either the background thread holds the engine and will finish the
+      // work, or our CPU is better spent on a rank we are waiting for.
       std::this_thread::yield();
     }
     driver->end_driving();

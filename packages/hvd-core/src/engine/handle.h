@@ -34,8 +34,11 @@ class Driver {
   virtual bool drive_once() = 0;
   // Makes sure the background thread takes over (the caller stops driving).
   virtual void wake() = 0;
-  // Whether callers should drive at all (not when ranks outnumber cores).
+  // Whether callers should drive at all.
   virtual bool callers_may_drive() const = 0;
+  // Whether a driving caller should give up its CPU between steps (more
+  // local ranks than cores: the rank it waits for may need that CPU).
+  virtual bool callers_should_yield() const = 0;
   // Bracket a caller's driving: meanwhile the background thread keeps off
   // the control channels, so a message for the caller does not also wake it.
   virtual void begin_driving() = 0;

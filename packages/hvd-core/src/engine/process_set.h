@@ -81,7 +81,8 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // Driver: a waiting caller runs the engine on its own thread.
   bool drive_once() override;
   void wake() override;
-  bool callers_may_drive() const override { return context_.config.spin; }
+  bool callers_may_drive() const override { return true; }
+  bool callers_should_yield() const override { return !context_.config.spin; }
   void begin_driving() override { active_drivers_.fetch_add(1); }
   void end_driving() override { active_drivers_.fetch_sub(1); }
 

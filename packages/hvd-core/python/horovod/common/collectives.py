@@ -55,7 +55,13 @@ def _describe(array, what="tensor"):
         raise ValueError("Tensor type %s is not supported." % array.dtype.name)
     if not array.flags.c_contiguous:
         raise ValueError("Tensor is required to be contiguous.")
-    return TensorDesc(array.ctypes.data, array.shape, *code_bits)
+    try:
+        # Twice as fast as array.ctypes.data, which matters for small
+        # collectives; needs a writable, non-empty buffer.
+        pointer = ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):
+        pointer = array.ctypes.data
+    return TensorDesc(pointer, array.shape, *code_bits)
 
 
 def _owned_result_to_numpy(c_handle, index, dtype):

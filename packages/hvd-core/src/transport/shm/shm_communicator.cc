@@ -56,6 +56,7 @@ constexpr size_t kSmallAllreduceBytes = 32 * 1024;
 // machines and, repeated per chunk, would dominate large collectives.
 constexpr auto kSpinTime = std::chrono::microseconds(2000);
 constexpr auto kMinSpinTime = std::chrono::microseconds(200);
+constexpr auto kYieldTime = std::chrono::microseconds(2000);
 constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
 
@@ -332,6 +333,15 @@ void ShmCommunicator::wait_for_generation(uint32_t generation, uint64_t target_s
         cpu_pause();
       }
       if (Clock::now() > spin_end) break;
+    }
+  } else {
+    // More members than CPUs: the member we wait for may need our CPU, so
+    // hand it over instead of spinning; still far cheaper than a futex sleep
+    // and wake-up when the other members arrive within a few time slices.
+    Clock::time_point yield_end = start + kYieldTime;
+    while (Clock::now() < yield_end) {
+      if (current.load(std::memory_order_acquire) != generation) return;
+      sched_yield();
     }
   }
   // Adapt the spin budget to how long waits really take: if the peers came
