@@ -148,3 +148,20 @@ def test_missing_rendezvous_or_secret_is_a_clear_error():
     out = subprocess.run([sys.executable, "-c", "import horovod.common as hvd; hvd.init()"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode != 0 and "HOROVOD_SECRET_KEY" in out.stderr
+
+
+def test_stall_warning_names_the_tensor_and_the_missing_rank():
+    results = ranks.run(3, '''
+hvd.init()
+if hvd.rank() == 1:
+    time.sleep(3.5)  # submits late: a stall, not a failure
+out = hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name="late_grad")
+print(json.dumps(out.tolist()))
+''', env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}, timeout=60)
+    for res in results:
+        assert res.returncode == 0, str(res)
+        assert res.stdout.strip().splitlines()[-1] == "[3.0, 3.0]"
+    # The coordinator (rank 0) warns, naming the tensor and who is missing.
+    warning = results[0].stderr
+    assert "Stall detected" in warning, warning
+    assert "'allreduce.late_grad'" in warning and "missing rank(s) 1" in warning, warning
