@@ -21,12 +21,14 @@ struct hvd_error {
 namespace hvd {
 namespace {
 
+// Returned when even the error object cannot be allocated; never freed.
+hvd_error g_out_of_memory{HVD_ERROR_INTERNAL, "out of memory"};
+
 hvd_error* make_error(hvd_error_code code, const std::string& message) {
   try {
     return new hvd_error{code, message};
   } catch (...) {
-    static hvd_error out_of_memory{HVD_ERROR_INTERNAL, "out of memory"};
-    return &out_of_memory;
+    return &g_out_of_memory;
   }
 }
 
@@ -238,7 +240,7 @@ const char* hvd_error_get_message(const hvd_error* error, size_t* length) {
 }
 
 void hvd_error_destroy(hvd_error* error) {
-  if (error != nullptr && error->message != "out of memory") delete error;
+  if (error != nullptr && error != &hvd::g_out_of_memory) delete error;
 }
 
 void hvd_get_api_version(int32_t* major, int32_t* minor) {
