@@ -94,7 +94,7 @@ void check_tensor(const DLTensor* t, const std::string& what) {
   }
 }
 
-hvd_handle* build_handle(const hvd_enqueue_args* args, const Engine& engine, ProcessSetRuntime& set) {
+hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set) {
   require_struct(args->struct_size, offsetof(hvd_enqueue_args, num_tensors) + sizeof(size_t), "hvd_enqueue_args");
   auto collective = static_cast<Collective>(args->collective);
   if (args->collective < HVD_ALLREDUCE || args->collective > HVD_JOIN) {
@@ -200,7 +200,6 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, const Engine& engine, Pro
     }
     h->tensors.push_back(std::move(slot));
   }
-  (void)engine;
   return h.release();
 }
 
@@ -335,7 +334,7 @@ hvd_error* hvd_enqueue(const hvd_enqueue_args* args, hvd_handle** handle) {
                      "rank " + std::to_string(engine->topology().rank) + " is not a member of process set " +
                          std::to_string(args->process_set_id));
   }
-  hvd_handle* h = hvd::build_handle(args, *engine, *set);
+  hvd_handle* h = hvd::build_handle(args, *set);
   try {
     set->enqueue(h);
   } catch (...) {
