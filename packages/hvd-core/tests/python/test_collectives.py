@@ -103,8 +103,17 @@ print(json.dumps(out))
         assert all(res.values()), res
 
 
+KNOBS = {
+    "small_fusion_buffer": {"HOROVOD_FUSION_THRESHOLD": "4096"},
+    "no_fusion": {"HOROVOD_FUSION_THRESHOLD": "0"},
+    "no_response_cache": {"HOROVOD_CACHE_CAPACITY": "0"},
+    "long_cycle": {"HOROVOD_CYCLE_TIME": "5"},
+}
+
+
+@pytest.mark.parametrize("knobs", sorted(KNOBS))
 @pytest.mark.parametrize("np_", SIZES)
-def test_grouped_allreduce_and_fusion_of_many_small_tensors(np_):
+def test_grouped_allreduce_and_fusion_of_many_small_tensors(np_, knobs):
     results = ranks.run_ok(np_, '''
 hvd.init()
 size, rank = hvd.size(), hvd.rank()
@@ -121,7 +130,7 @@ out["fused_async"] = all(np.allclose(hvd.synchronize(h), b) for h, b in zip(hs, 
 mixed = [np.full(4, rank, np.int32), np.full(5, rank, np.float64)]
 out["mixed_dtypes"] = [hvd.allreduce(m, op=hvd.Sum).tolist() for m in mixed] == [[sum(range(size))] * 4, [float(sum(range(size)))] * 5]
 print(json.dumps(out))
-''', env={"HOROVOD_FUSION_THRESHOLD": "4096"})
+''', env=KNOBS[knobs])
     for res in results:
         assert all(res.values()), res
 
