@@ -23,6 +23,9 @@ _ENQUEUE_ARGS = struct.Struct("<QiiiiddQQQQQQI")  # 92 bytes (struct_size: up to
 _ENQUEUE_ARGS_SIZE = 92
 _ENQUEUE_ARGS_SPAN = 96  # sizeof(hvd_enqueue_args) with its trailing padding
 _NULL_NAMES = (b"",)
+_POINTER = struct.Struct("<Q")
+_templates = threading.local()  # per-thread cache of packed argument blocks (see _args_block)
+_MAX_TEMPLATES = 4096
 
 
 class TensorDesc:
@@ -60,7 +63,9 @@ def _pack_dltensor(buf, offset, desc, base):
 def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
           postscale_factor, splits, caller_waits):
     """The hvd_enqueue_args block (with its tensor args, DLTensors, shapes and
-    splits) in one buffer; pointers inside it are absolute."""
+    splits) in one buffer; pointers inside it are absolute. Also returns the
+    offsets of every tensor's data pointer, so the block can be reused for
+    other tensors of the same signature."""
     n = len(inputs)
     names = names or _NULL_NAMES
     size = _ENQUEUE_ARGS_SPAN + _TENSOR_ARGS.size * max(1, n)
@@ -73,14 +78,17 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
     base = ctypes.addressof(buf)
     tensors_off = _ENQUEUE_ARGS_SPAN
     cursor = tensors_off + _TENSOR_ARGS.size * max(1, n)
+    data_offsets = []  # (offset, index, is_output)
     for i in range(max(1, n)):
         name = names[i] if i < len(names) else b""
         in_ptr = out_ptr = splits_ptr = num_splits = 0
         if i < n:
             in_ptr = base + cursor
+            data_offsets.append((cursor, i, False))
             cursor = _pack_dltensor(buf, cursor, inputs[i], base)
             if outputs is not None and outputs[i] is not None:
                 out_ptr = base + cursor
+                data_offsets.append((cursor, i, True))
                 cursor = _pack_dltensor(buf, cursor, outputs[i], base)
             if splits is not None and splits[i] is not None:
                 num_splits = len(splits[i])
@@ -97,7 +105,34 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
     _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS_SIZE, collective, process_set_id, reduce_op, root_rank,
                             prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0,
                             1 if caller_waits else 0)
-    return buf
+    return buf, data_offsets
+
+
+def _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
+                postscale_factor, splits, caller_waits):
+    """The packed arguments for this call, reused across calls of the same
+    signature (per thread): only the data pointers change from call to call,
+    and building the block costs more than a small collective. Reuse is safe
+    because hvd_enqueue copies everything it needs out of the block."""
+    cache = getattr(_templates, "cache", None)
+    if cache is None:
+        cache = _templates.cache = {}
+    key = (collective, tuple(names or _NULL_NAMES), process_set_id,
+           tuple((d.shape, d.code, d.bits, d.device_type) for d in inputs),
+           None if outputs is None else tuple(None if o is None else o.device_type for o in outputs),
+           None if splits is None else tuple(None if sp is None else tuple(sp) for sp in splits),
+           reduce_op, root_rank, prescale_factor, postscale_factor, caller_waits)
+    template = cache.get(key)
+    if template is None:
+        if len(cache) >= _MAX_TEMPLATES:
+            cache.clear()
+        buf, data_offsets = _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank,
+                                  prescale_factor, postscale_factor, splits, caller_waits)
+        template = cache[key] = (buf, ctypes.addressof(buf), data_offsets)
+    buf, base, data_offsets = template
+    for offset, index, is_output in data_offsets:
+        _POINTER.pack_into(buf, offset, (outputs[index] if is_output else inputs[index]).data_ptr)
+    return buf, base
 
 
 def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op=1, root_rank=0,
@@ -115,16 +150,11 @@ def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op
     Returns:
         (c_handle, keepalive): keep `keepalive` referenced until completion.
     """
-    buf = _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
-                postscale_factor, splits, caller_waits)
+    buf, base = _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank,
+                            prescale_factor, postscale_factor, splits, caller_waits)
     handle = ctypes.c_void_p()
-    c_api.check(c_api.lib().hvd_enqueue(ctypes.addressof(buf), ctypes.byref(handle)))
-    return handle.value, [buf, names]
-
-
-_POINTER = struct.Struct("<Q")
-_templates = threading.local()
-_MAX_TEMPLATES = 4096
+    c_api.check(c_api.lib().hvd_enqueue(base, ctypes.byref(handle)))
+    return handle.value, []
 
 
 def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
@@ -132,31 +162,11 @@ def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, r
     """Enqueues one single-tensor collective and waits for it: the fast path of
     the synchronous API.
 
-    The packed argument block depends only on the call's signature, so it is
-    built once per signature (per thread) and only the data pointers are
-    patched afterwards: small collectives are dominated by this overhead.
     Raises the operation's error.
     """
-    cache = getattr(_templates, "cache", None)
-    if cache is None:
-        cache = _templates.cache = {}
-    key = (collective, name, process_set_id, desc_in.shape, desc_in.code, desc_in.bits, desc_out is None,
-           desc_out is desc_in, reduce_op, root_rank, prescale_factor, postscale_factor)
-    template = cache.get(key)
-    if template is None:
-        if len(cache) >= _MAX_TEMPLATES:
-            cache.clear()
-        outputs = None if desc_out is None else [desc_out]
-        buf = _pack(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank, prescale_factor,
-                    postscale_factor, None, True)
-        tensor_args = _ENQUEUE_ARGS_SPAN
-        in_off = tensor_args + _TENSOR_ARGS.size
-        out_off = None if desc_out is None else in_off + _DLTENSOR.size + 8 * len(desc_in.shape)
-        template = cache[key] = (buf, ctypes.addressof(buf), in_off, out_off, name)
-    buf, base, in_off, out_off, _ = template
-    _POINTER.pack_into(buf, in_off, desc_in.data_ptr)
-    if out_off is not None:
-        _POINTER.pack_into(buf, out_off, desc_out.data_ptr)
+    outputs = None if desc_out is None else [desc_out]
+    _, base = _args_block(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank,
+                          prescale_factor, postscale_factor, None, True)
     library = c_api.lib()
     handle = ctypes.c_void_p()
     c_api.check(library.hvd_enqueue(base, ctypes.byref(handle)))
