@@ -30,8 +30,11 @@ fi
 source "$VENV/bin/activate"
 python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout \
   ml_dtypes PyYAML cloudpickle
+# torch pinned to the CPU build (an unpinned torch pulls GBs of CUDA
+# packages); hvd-torch itself with --no-deps so pip never re-resolves torch.
+python -m pip install -q --disable-pip-version-check torch==2.13.0
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
-  ./packages/hvd-core ./packages/hvd-launch
+  ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-torch
 
 # Open MPI and MPICH from PyPI, each in its own environment (both ship an
 # mpirun), for the launcher's --mpi and plain-mpirun tests.
@@ -53,4 +56,4 @@ echo "== Python tests"
 # From outside the source folders, so `import horovod` is the installed copy.
 cd "$ROOT/build"
 python -m pytest -p no:cacheprovider --timeout=300 -q "$@" \
-  "$ROOT/packages/hvd-core/tests/python" "$ROOT/packages/hvd-launch/tests"
+  "$ROOT/packages/hvd-core/tests/python" "$ROOT/packages/hvd-launch/tests" "$ROOT/packages/hvd-torch/tests"

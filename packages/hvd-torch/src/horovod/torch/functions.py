@@ -1,0 +1,208 @@
+# functions.py - helpers that put every rank in the same starting state:
+# model parameters, optimizer state (tensors and Python scalars alike) and
+# arbitrary picklable objects, all built on the tensor collectives.
+"""Broadcast and gather helpers for models, optimizers and Python objects."""
+
+import collections
+import io
+
+import torch
+
+from horovod.common.process_sets import global_process_set
+from horovod.torch.mpi_ops import allgather, broadcast_, broadcast_async_, synchronize
+
+try:
+    # cloudpickle also handles lambdas and locally defined classes, which
+    # users do put in broadcast checkpoints; plain pickle is the fallback.
+    import cloudpickle as _pickle
+except ImportError:
+    import pickle as _pickle
+
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """
+    Broadcasts the parameters from root rank to all other processes.
+    Typical usage is to broadcast the ``model.state_dict()``,
+    ``model.named_parameters()``, or ``model.parameters()``.
+
+    Arguments:
+        params: One of the following:
+            - list of parameters to broadcast
+            - dict of parameters to broadcast
+        root_rank: The rank of the process from which parameters will be
+                   broadcasted to all other processes.
+        process_set: Process set object to limit this operation to a subset of
+                     Horovod processes. Default is the global process set.
+    """
+    if isinstance(params, dict):
+        # Sorted so every rank submits the same names whatever its dict order.
+        params = sorted(params.items())
+    elif isinstance(params, list):
+        # Accept both named_parameters() pairs and bare parameters().
+        params = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise ValueError("invalid params of type: %s" % type(params))
+
+    # All broadcasts are started before any is waited on, so the engine can
+    # fuse them into a few large transfers.
+    handles = []
+    for name, p in params:
+        if p is None:
+            continue
+        handles.append(broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p, root_rank, name,
+                                        process_set=process_set))
+    for handle in handles:
+        synchronize(handle)
+
+
+def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+    """
+    Broadcasts an optimizer state from root rank to all other processes.
+
+    Arguments:
+        optimizer: An optimizer.
+        root_rank: The rank of the process from which the optimizer will be
+                   broadcasted to all other processes.
+        process_set: Process set object to limit this operation to a subset of
+                     Horovod processes. Default is the global process set.
+    """
+    if isinstance(optimizer, torch.optim.LBFGS):
+        # LBFGS keeps its history in lists of tensors of varying length.
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+
+    # Horovod first takes a step with zero gradients when the state is
+    # empty, only so that every rank has tensors to receive into. That step
+    # counts (Adam's bias correction then differs from a single-process run)
+    # and can move the model (weight decay). It is not needed here: the
+    # root's layout below tells the other ranks what to allocate, and a root
+    # without state means every rank starts without state, identically.
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    is_root = process_set.rank() == root_rank
+
+    # The root describes its state first: which parameters have state, the
+    # names, shapes and dtypes of the tensors, and every Python scalar (step
+    # counts, hyper-parameters such as lr, betas, or None-valued options).
+    # Horovod wraps each scalar in a tensor, broadcasts it and casts it back;
+    # carrying them in one pickled description gives the same values with
+    # their exact types, also for None and strings, and lets a rank whose
+    # state lacks a parameter (never stepped, or a fresh process) allocate
+    # the tensors it is about to receive, so the tensor broadcasts below
+    # always match across ranks.
+    layout = None
+    if is_root:
+        layout = {"param_groups": [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups],
+                  "state": {}}
+        for index, p in enumerate(params):
+            state = optimizer.state.get(p)
+            if not state:
+                continue
+            entry = {}
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    entry[key] = ("tensor", tuple(value.shape), value.dtype)
+                else:
+                    entry[key] = ("value", value)
+            layout["state"][index] = entry
+    layout = broadcast_object(layout, root_rank, name="broadcast_optimizer_state.layout",
+                              process_set=process_set)
+
+    for group, options in zip(optimizer.param_groups, layout["param_groups"]):
+        group.update(options)
+
+    tensors = []
+    occurrences = collections.defaultdict(int)
+    for index, p in enumerate(params):
+        entry = layout["state"].get(index)
+        if entry is None:
+            optimizer.state.pop(p, None)
+            continue
+        state = optimizer.state[p]
+        for key in [k for k in state if k not in entry]:
+            del state[key]
+        for key, spec in entry.items():
+            if spec[0] == "value":
+                state[key] = spec[1]
+                continue
+            _, shape, dtype = spec
+            value = state.get(key)
+            if not torch.is_tensor(value) or tuple(value.shape) != shape or value.dtype != dtype:
+                device = value.device if torch.is_tensor(value) else p.device
+                state[key] = torch.empty(shape, dtype=dtype, device=device)
+            elif not state[key].is_contiguous():
+                state[key] = state[key].contiguous()
+            # Names as Horovod's: the state key and its occurrence count, so
+            # the n-th "exp_avg" is the same tensor on every rank.
+            occurrences[key] += 1
+            tensors.append(("%s.%d" % (key, occurrences[key]), state[key]))
+
+    broadcast_parameters(tensors, root_rank, process_set=process_set)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """
+    Serializes and broadcasts an object from root rank to all other processes.
+    Typical usage is to broadcast the `optimizer.state_dict()`, for example:
+
+    .. code-block:: python
+
+        state_dict = broadcast_object(optimizer.state_dict(), 0)
+        if hvd.rank() > 0:
+            optimizer.load_state_dict(state_dict)
+
+    Arguments:
+        obj: An object capable of being serialized without losing any context.
+        root_rank: The rank of the process from which parameters will be
+                   broadcasted to all other processes.
+        name: Optional name to use during broadcast, will default to the class
+              type.
+        process_set: Process set object to limit this operation to a subset of
+                     Horovod processes. Default is the global process set.
+    Returns:
+        The object that was broadcast from the `root_rank`.
+    """
+    # A fixed default name (not the object's type, as in Horovod): non-root
+    # ranks often pass None, and differing names would never match up.
+    name = name or "broadcast_object"
+    if process_set.rank() == root_rank:
+        buf = io.BytesIO()
+        _pickle.dump(obj, buf)
+        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+        broadcast_(length, root_rank, name + ".sz", process_set=process_set)
+        broadcast_(payload, root_rank, name + ".t", process_set=process_set)
+        return obj
+    length = torch.zeros(1, dtype=torch.int64)
+    broadcast_(length, root_rank, name + ".sz", process_set=process_set)
+    payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name + ".t", process_set=process_set)
+    return _pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """
+    Serializes and allgathers an object from all other processes.
+
+    Arguments:
+        obj: An object capable of being serialized without losing any context.
+        name: Optional name to use during allgather, will default to the class
+              type.
+        process_set: Process set object to limit this operation to a subset of
+                     Horovod processes. Default is the global process set.
+
+    Returns:
+        The list of objects that were allgathered across all ranks.
+    """
+    name = name or "allgather_object"
+    buf = io.BytesIO()
+    _pickle.dump(obj, buf)
+    payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=name + ".sz",
+                      process_set=process_set)
+    data = allgather(payload, name=name + ".t", process_set=process_set).numpy()
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(_pickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    return out

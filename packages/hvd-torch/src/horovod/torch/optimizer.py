@@ -1,0 +1,408 @@
+# optimizer.py - DistributedOptimizer: wraps any torch.optim.Optimizer so
+# that gradients are averaged across ranks before the update. Each
+# gradient's allreduce is started from a post-accumulate-grad hook while
+# backward is still running, so communication overlaps the remaining compute;
+# step() (or synchronize()) waits for them. The returned object is an
+# instance of a class created on the fly that derives from the wrapped
+# optimizer's class, as Horovod's is, so isinstance checks, state_dict() and
+# LR schedulers keep working.
+"""Horovod's DistributedOptimizer for PyTorch."""
+
+import os
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from horovod.torch.compression import Compression
+from horovod.common.process_sets import global_process_set
+from horovod.torch.mpi_ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_, size, synchronize
+
+try:
+    from horovod.torch.mpi_ops import sparse_allreduce_async
+except ImportError:  # sparse gradients then need sparse_as_dense=True
+    sparse_allreduce_async = None
+
+__all__ = ["DistributedOptimizer"]
+
+_ZERO_GRAD_MESSAGE = ("optimizer.zero_grad() was called after loss.backward() "
+                      "but before optimizer.step() or optimizer.synchronize(). "
+                      "This is prohibited as it can cause a race condition.")
+
+_TOO_MANY_PASSES_MESSAGE = ("Gradients were computed more than "
+                            "backward_passes_per_step times before call "
+                            "to step(). Increase backward_passes_per_step to "
+                            "accumulate gradients locally.")
+
+
+def _split_list(items, n):
+    # Contiguous, nearly equal chunks (the first ones one longer), so that
+    # parameters that finish backward close together share a group.
+    n = max(1, min(n, len(items)))
+    base, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + base + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return [g for g in out if g]
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Used only as the first base of the dynamically created class (see
+    # DistributedOptimizer below): super() then resolves to the wrapped
+    # optimizer's class, whose __init__/step/zero_grad do the real work.
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        super().__init__(params)
+        self._compression = compression
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = []
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. "
+                             "Found duplicates: %s" % ", ".join(dups))
+        if named_parameters:
+            named_ids = {id(v) for _, v in named_parameters}
+            unnamed = [id(p) for p in all_params if id(p) not in named_ids]
+            if unnamed:
+                raise ValueError("named_parameters was specified, but one or more model "
+                                 "parameters were not named. Python object ids: "
+                                 "%s" % ", ".join(str(i) for i in unnamed))
+            self._parameter_names = {v: k for k, v in named_parameters}
+        else:
+            # Numbered across all param groups (not per group) so that two
+            # groups never produce the same in-flight tensor name.
+            self._parameter_names = {p: "allreduce.noname.%s" % i for i, p in enumerate(all_params)}
+
+        if groups is not None:
+            if isinstance(groups, list):
+                seen = set()
+                for group in groups:
+                    for p in group:
+                        if not isinstance(p, torch.Tensor):
+                            raise ValueError("groups must consist of torch.Tensor.")
+                        if id(p) in seen:
+                            raise ValueError("A parameter can only appear once in groups.")
+                        seen.add(id(p))
+            elif not isinstance(groups, int) or groups <= 0:
+                raise ValueError("groups should be a non-negative integer or "
+                                 "a list of list of torch.Tensor.")
+        self._groups = groups
+
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
+        # key (a parameter, or a tuple of parameters for a group) -> (handle, ctx).
+        # A handle of None marks a gradient that is accumulating locally or
+        # waiting for the rest of its group; it still counts as "in flight"
+        # for the zero_grad() check.
+        self._handles = {}
+        self._hook_handles = []
+        self._requires_update = []
+        self._p_to_group = {}
+        self._group_ready = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        # A single process has nothing to average; skipping the hooks keeps
+        # it as fast as the plain optimizer (Horovod does the same, except
+        # under elastic training where the world may grow later). Ranks
+        # outside the process set take no part in its allreduces.
+        if (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1") and process_set.included():
+            self._register_hooks()
+
+    # -- setup ----------------------------------------------------------------
+
+    def _register_hooks(self):
+        p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        self._requires_update = p_list
+        if self._groups is not None:
+            if isinstance(self._groups, list):
+                ids = {id(p) for p in p_list}
+                p_groups, grouped = [], set()
+                for group in self._groups:
+                    members = [p for p in group if id(p) in ids]
+                    if members:
+                        p_groups.append(members)
+                    grouped.update(id(p) for p in members)
+                p_groups += [[p] for p in p_list if id(p) not in grouped]
+            else:
+                p_groups = _split_list(p_list, self._groups)
+            for group in p_groups:
+                group = tuple(group)
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_ready[group] = 0
+        for p in p_list:
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(_TOO_MANY_PASSES_MESSAGE)
+            assert not p.grad.requires_grad
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] > 0:
+                self._handles[p] = (None, None)
+                return
+            group = self._p_to_group.get(p)
+            if group is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+                return
+            self._group_ready[group] += 1
+            if self._group_ready[group] == len(group):
+                self._submit_group(group)
+            else:
+                self._handles[p] = (None, None)
+        return hook
+
+    # -- communication --------------------------------------------------------
+
+    def _scale_factors(self):
+        if self.op == Average:
+            # Split the average into a division before the sum and the rest
+            # after it (the core divides by the set's size for Average), which
+            # keeps fp16 sums of many ranks from overflowing.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _prepare_grad(self, p):
+        """The tensor to reduce for p's gradient, and whether the result replaces
+        p.grad (True) or is copied into it."""
+        if p.grad is None:
+            # This rank did not compute the gradient (e.g. a branch that its
+            # forward skipped), but others may have: it must still take part,
+            # with zeros, or the collective would never complete.
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        tensor = p.grad
+        if tensor.is_sparse:
+            if self.sparse_as_dense:
+                return tensor.to_dense(), True
+            return tensor, True
+        if not tensor.is_contiguous():
+            # e.g. channels_last gradients: the engine reads contiguous
+            # memory, so reduce a copy and copy the result back.
+            tensor = tensor.contiguous()
+        return tensor, False
+
+    def _allreduce_grad_async(self, p):
+        name = self._parameter_names.get(p)
+        tensor, replace = self._prepare_grad(p)
+        if tensor.is_sparse:
+            if sparse_allreduce_async is None:
+                raise NotImplementedError("sparse gradients need sparse_as_dense=True in this build")
+            return sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
+        compressed, ctx = self._compression.compress(tensor)
+        prescale, postscale = self._scale_factors()
+        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
+                                  postscale_factor=postscale, process_set=self.process_set)
+        return handle, (ctx, replace)
+
+    def _submit_group(self, group):
+        for q in group:
+            self._handles.pop(q, None)
+        tensors, ctxs = [], []
+        for q in group:
+            tensor, replace = self._prepare_grad(q)
+            if tensor.is_sparse:
+                raise NotImplementedError("sparse gradients cannot be grouped; use sparse_as_dense=True")
+            compressed, ctx = self._compression.compress(tensor)
+            tensors.append(compressed)
+            ctxs.append((ctx, replace))
+        prescale, postscale = self._scale_factors()
+        # A name that every rank derives the same way, whatever order its
+        # groups complete in (an auto-generated one would depend on order).
+        name = "%s.group%d" % (self._parameter_names.get(group[0]), len(group))
+        handle = grouped_allreduce_async_(tensors, name=name, op=self.op, prescale_factor=prescale,
+                                          postscale_factor=postscale, process_set=self.process_set)
+        self._handles[group] = (handle, ctxs)
+
+    def _write_back(self, p, output, ctx):
+        if ctx is None:  # sparse allreduce: the result is a new sparse tensor
+            p.grad = output
+            return
+        compressor_ctx, replace = ctx
+        result = self._compression.decompress(output, compressor_ctx)
+        if replace:
+            p.grad = result  # sparse_as_dense: the dense average replaces the sparse grad
+        elif result is not p.grad:
+            # A compressed or contiguous copy was reduced: write it back into
+            # the gradient's own storage (which the wrapped optimizer and any
+            # user references see).
+            p.grad.copy_(result)
+
+    def synchronize(self):
+        """Waits for all the gradient allreduces started during backward to finish and
+        writes the averaged gradients into ``p.grad``. Gradients that have not been
+        submitted yet (not computed on this rank, or still accumulating) are
+        allreduced now.
+
+        It is called by ``step()``; call it directly to modify gradients (for example to
+        clip them) before the update, then call ``step()`` inside
+        ``optimizer.skip_synchronize()``.
+        """
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        for p in self._requires_update:
+            group = self._p_to_group.get(p)
+            if group is not None:
+                if self._handles.get(group, (None,))[0] is None:
+                    self._submit_group(group)
+            elif self._handles.get(p, (None,))[0] is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        for key, (handle, ctx) in list(self._handles.items()):
+            output = synchronize(handle)
+            if isinstance(key, tuple):
+                for q, out, c in zip(key, output, ctx):
+                    self._write_back(q, out, c)
+                    self._allreduce_delay[q] = self.backward_passes_per_step
+                self._group_ready[key] = 0
+            else:
+                self._write_back(key, output, ctx)
+                self._allreduce_delay[key] = self.backward_passes_per_step
+        self._handles.clear()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """A context manager used to specify that optimizer.step() should
+        not perform synchronization.
+
+        It's typically used in a following pattern:
+
+        .. code-block:: python
+
+            optimizer.synchronize()
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def set_backward_passes_per_step(self, passes):
+        """Sets the number of backward passes whose gradients are accumulated locally
+        before they are averaged across ranks."""
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def step(self, closure=None):
+        """Synchronizes the gradients (unless inside ``skip_synchronize()``), then performs
+        a single optimization step of the wrapped optimizer."""
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        """Clears the gradients of all optimized tensors. Raises an AssertionError when
+        gradient allreduces from the last backward pass are still in flight."""
+        if self._handles:
+            raise AssertionError(_ZERO_GRAD_MESSAGE)
+        return super().zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None,
+                         compression=Compression.none,
+                         backward_passes_per_step=1,
+                         op=Average,
+                         gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None,
+                         sparse_as_dense=False,
+                         process_set=global_process_set):
+    """
+    An optimizer that wraps another torch.optim.Optimizer, using an allreduce to
+    combine gradient values before applying gradients to model weights.
+
+    Allreduce operations are executed after each gradient is computed by ``loss.backward()``
+    in parallel with each other. The ``step()`` method ensures that all allreduce operations are
+    finished before applying gradients to the model.
+
+    DistributedOptimizer exposes the ``synchronize()`` method, which forces allreduce operations
+    to finish before continuing the execution. It's useful in conjunction with gradient
+    clipping, or other operations that modify gradients in place before ``step()`` is executed.
+    Make sure to use ``optimizer.skip_synchronize()`` if you're calling ``synchronize()``
+    in your code.
+
+    Example of gradient clipping:
+
+    .. code-block:: python
+
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        loss.backward()
+        optimizer.synchronize()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        with optimizer.skip_synchronize():
+            optimizer.step()
+
+    Arguments:
+        optimizer: Optimizer to use for computing gradients and applying updates.
+        named_parameters: A mapping between parameter names and values. Used for naming of
+                          allreduce operations. Typically just ``model.named_parameters()``.
+        compression: Compression algorithm used during allreduce to reduce the amount
+                     of data sent during the each parameter update step.  Defaults to
+                     not using compression.
+        backward_passes_per_step: Number of expected backward passes to perform
+                                  before calling step()/synchronize(). This
+                                  allows accumulating gradients over multiple
+                                  mini-batches before reducing and applying them.
+        op: The reduction operation to use when combining gradients across different ranks.
+        gradient_predivide_factor: If op == Average, gradient_predivide_factor splits the averaging
+                                   before and after the sum. Gradients are scaled by
+                                   1.0 / gradient_predivide_factor before the sum and
+                                   gradient_predivide_factor / size after the sum.
+        num_groups: Number of groups to assign gradient allreduce ops to for explicit
+                    grouping. Defaults to no explicit groups. (Deprecated; use ``groups``.)
+        groups: The parameter to group the gradient allreduce ops. Accept values is a
+                non-negative integer or a list of list of torch.Tensor.
+                If groups is a non-negative integer, it is the number of groups to assign
+                gradient allreduce ops to for explicit grouping.
+                If groups is a list of list of torch.Tensor. Tensors in the same
+                inner list will be assigned to the same group, while parameter that does
+                not appear in any list will form a group itself.
+                Defaults as None, which is no explicit groups.
+        sparse_as_dense: If set True, convert all sparse gradients to dense and perform allreduce.
+        process_set: Gradients will only be reduced over Horovod processes belonging
+                     to this process set. Defaults to the global process set.
+    """
+    # Checked before anything is built, so a bad configuration fails at
+    # construction on every rank rather than inside a backward hook.
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` "
+                      "and will be removed in v0.23.0.", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if op == Adasum and size() > 1:
+        # The engine has no Adasum reduction yet; say so here instead of
+        # failing in the first backward pass.
+        raise NotImplementedError("op=Adasum is not supported by hvd yet; use Average or Sum")
+
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

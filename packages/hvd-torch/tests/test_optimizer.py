@@ -1,0 +1,337 @@
+# test_optimizer.py - DistributedOptimizer on real ranks. Every check runs
+# inside one job per world size (starting ranks costs more than the checks),
+# comparing the optimizer's gradients with an independent reference: the
+# local gradients of a copy of the model, averaged with hvd.allreduce.
+import pytest
+
+from optimizer_ranks import run_ok
+
+OPTIMIZER_CHECKS = r"""
+import copy, warnings
+warnings.filterwarnings("ignore", "Sparse invariant checks")
+import torch.nn.functional as F
+
+rank, size = hvd.rank(), hvd.size()
+done = []
+
+def make(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+def batch(step, r=None):
+    g = torch.Generator().manual_seed(1000 * step + (rank if r is None else r))
+    return torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g)
+
+def local_grads(model, batches):
+    m = copy.deepcopy(model)
+    for p in m.parameters():
+        p.grad = None
+    for x, y in batches:
+        F.mse_loss(m(x), y).backward()
+    return [p.grad.clone() for p in m.parameters()]
+
+def reference(model, batches, op=hvd.Average):
+    return [hvd.allreduce(g, op=op, name="ref.%d" % i) for i, g in enumerate(local_grads(model, batches))]
+
+def close(a, b, tol=1e-6):
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype, (x.dtype, y.dtype)
+        assert torch.allclose(x, y, atol=tol, rtol=tol), (x, y)
+
+def train_step(opt, model, batches, step=True):
+    for x, y in batches:
+        F.mse_loss(model(x), y).backward()
+    if step:
+        opt.step()
+
+# 1. class, averaging, step applies the averaged gradient
+model = make()
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                               named_parameters=model.named_parameters())
+assert isinstance(opt, torch.optim.SGD) and type(opt).__name__ == "SGD" and type(opt) is not torch.optim.SGD
+before = [p.detach().clone() for p in model.parameters()]
+want = reference(model, [batch(0)])
+train_step(opt, model, [batch(0)])
+close([p.grad for p in model.parameters()], want)
+close([p.detach() for p in model.parameters()], [b - 0.1 * g for b, g in zip(before, want)])
+opt.zero_grad()
+assert all(p.grad is None for p in model.parameters())
+done.append("average")
+
+# 2. unnamed parameters, several param groups
+model = make()
+params = list(model.parameters())
+opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": params[:2]}, {"params": params[2:], "lr": 0.5}],
+                                               lr=0.1))
+want = reference(model, [batch(1)])
+train_step(opt, model, [batch(1)], step=False)
+opt.synchronize()
+close([p.grad for p in model.parameters()], want)
+with opt.skip_synchronize():
+    opt.step()
+done.append("param_groups")
+
+# 3. zero_grad() between backward and step: Horovod's AssertionError
+if size > 1:
+    opt.zero_grad()
+    train_step(opt, model, [batch(2)], step=False)
+    try:
+        opt.zero_grad()
+        raise RuntimeError("zero_grad did not raise")
+    except AssertionError as e:
+        assert "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() " \
+               "or optimizer.synchronize()" in str(e), e
+    opt.step()  # the in-flight allreduces still complete
+    opt.zero_grad()
+    done.append("zero_grad_assertion")
+
+# 4. synchronize() then step() outside skip_synchronize warns; inside it does not
+opt.zero_grad()
+train_step(opt, model, [batch(3)], step=False)
+opt.synchronize()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    with opt.skip_synchronize():
+        opt.step()
+    assert not [x for x in w if "skip_synchronize" in str(x.message)]
+    opt.zero_grad()
+    train_step(opt, model, [batch(4)], step=False)
+    opt.synchronize()
+    opt.step()
+    assert [x for x in w if "skip_synchronize" in str(x.message)], [str(x.message) for x in w]
+opt.zero_grad()
+done.append("skip_synchronize")
+
+# 5. backward_passes_per_step: gradients accumulate locally, one allreduce
+model = make()
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                               named_parameters=model.named_parameters(), backward_passes_per_step=2)
+want = reference(model, [batch(5), batch(6)])
+train_step(opt, model, [batch(5), batch(6)], step=False)
+opt.synchronize()
+close([p.grad for p in model.parameters()], want)
+with opt.skip_synchronize():
+    opt.step()
+opt.zero_grad()
+if size > 1:
+    train_step(opt, model, [batch(7)], step=False)
+    try:  # the accumulating gradients are "in flight" too
+        opt.zero_grad()
+        raise RuntimeError("zero_grad did not raise")
+    except AssertionError:
+        pass
+    train_step(opt, model, [batch(8)], step=False)
+    try:
+        train_step(opt, model, [batch(9)], step=False)
+        raise RuntimeError("a third backward pass did not raise")
+    except AssertionError as e:
+        assert "more than backward_passes_per_step" in str(e), e
+    opt.synchronize()
+    opt.zero_grad()
+opt.set_backward_passes_per_step(1)
+want = reference(model, [batch(10)])
+train_step(opt, model, [batch(10)], step=False)
+opt.synchronize()
+close([p.grad for p in model.parameters()], want)
+with opt.skip_synchronize():
+    opt.step()
+opt.zero_grad()
+done.append("backward_passes_per_step")
+
+# 6. groups (int and explicit lists), predivide, Sum, compression
+def check(tol=1e-6, op=hvd.Average, **kwargs):
+    model = make()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=op, **kwargs)
+    want = reference(model, [batch(11)], op=op)
+    for _ in range(2):  # twice: state is reset correctly after a step
+        train_step(opt, model, [batch(11)], step=False)
+        opt.synchronize()
+        close([p.grad for p in model.parameters()], want, tol)
+        opt.zero_grad()
+
+check(groups=2)
+check(groups=1)
+m0 = make()
+check(groups=[[list(m0.parameters())[0]]])  # a parameter of another model: ignored
+check(num_groups=3)
+done.append("groups")
+model = make()
+params = list(model.parameters())
+opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), named_parameters=model.named_parameters(),
+                               groups=[[params[0], params[3]], [params[1]]])
+want = reference(model, [batch(12)])
+train_step(opt, model, [batch(12)], step=False)
+opt.synchronize()
+close([p.grad for p in model.parameters()], want)
+for bad in (0, [[params[0], params[0]]], [["x"]]):
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), groups=bad)
+        raise RuntimeError("groups=%r accepted" % (bad,))
+    except ValueError:
+        pass
+done.append("explicit_groups")
+check(gradient_predivide_factor=2.0)
+check(op=hvd.Sum)
+try:
+    hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), op=hvd.Sum, gradient_predivide_factor=2.0)
+    raise RuntimeError("predivide with Sum accepted")
+except ValueError:
+    pass
+done.append("predivide_sum")
+check(tol=2e-3, compression=hvd.Compression.fp16)
+check(tol=2e-2, compression=hvd.Compression.bf16)
+check(tol=2e-3, compression=hvd.Compression.fp16, groups=2, gradient_predivide_factor=4.0)
+done.append("compression")
+
+# 7. a parameter unused on some ranks still gets the average (zeros elsewhere)
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.a = torch.nn.Linear(4, 2)
+        self.b = torch.nn.Linear(4, 2)
+    def forward(self, x, use_b):
+        return self.a(x) + (self.b(x) if use_b else 0)
+model = Branchy()
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                               named_parameters=model.named_parameters())
+x, y = batch(13)
+F.mse_loss(model(x, rank == 0), y).backward()
+opt.synchronize()
+ref = copy.deepcopy(model)
+for p in ref.parameters():
+    p.grad = None
+F.mse_loss(ref(x, rank == 0), y).backward()
+want = [hvd.allreduce(p.grad if p.grad is not None else torch.zeros_like(p), name="ref.b%d" % i)
+        for i, p in enumerate(ref.parameters())]
+close([p.grad for p in model.parameters()], want)
+with opt.skip_synchronize():
+    opt.step()
+opt.zero_grad()
+done.append("unused_parameter")
+
+# 8. sparse gradients: as dense, and through sparse_allreduce_async
+for as_dense in (True, False):
+    torch.manual_seed(4)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.1),
+                                   named_parameters=emb.named_parameters(), sparse_as_dense=as_dense)
+    idx = torch.tensor([rank % 10, 7, (3 * rank) % 10])
+    ref = copy.deepcopy(emb)
+    ref(idx).sum().backward()
+    want = hvd.allreduce(ref.weight.grad.to_dense(), name="ref.sparse")
+    emb(idx).sum().backward()
+    opt.synchronize()
+    close([emb.weight.grad.to_dense()], [want])
+    with opt.skip_synchronize():
+        opt.step()
+    opt.zero_grad()
+done.append("sparse")
+
+# 9. named_parameters validation; Adasum is refused clearly when it would be used
+model = make()
+named = list(model.named_parameters())
+for bad in ([(named[0][0], named[0][1]), (named[0][0], named[1][1])], named[:1]):
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=bad)
+        raise RuntimeError("bad named_parameters accepted")
+    except ValueError:
+        pass
+if size > 1:
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+        raise RuntimeError("Adasum accepted")
+    except NotImplementedError as e:
+        assert "Adasum" in str(e)
+else:
+    hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+done.append("validation")
+
+# 10. Adam through the wrapper keeps the replicas identical
+model = make()
+opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
+                               named_parameters=model.named_parameters())
+for s in range(3):
+    opt.zero_grad()
+    train_step(opt, model, [batch(20 + s)])
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+gathered = hvd.allgather(flat.unsqueeze(0))
+assert all(torch.equal(gathered[0], g) for g in gathered), "replicas diverged"
+done.append("adam_identical")
+
+# 11. channels_last (non-contiguous) gradients are reduced and written back in place
+torch.manual_seed(5)
+conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(conv.parameters(), lr=0.1), named_parameters=conv.named_parameters())
+x = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(rank)).to(memory_format=torch.channels_last)
+ref = copy.deepcopy(conv)
+ref(x).square().sum().backward()
+want = [hvd.allreduce(p.grad.contiguous(), name="ref.cl%d" % i) for i, p in enumerate(ref.parameters())]
+conv(x).square().sum().backward()
+grad_before = conv.weight.grad
+opt.synchronize()
+assert conv.weight.grad is grad_before
+close([p.grad.contiguous() for p in conv.parameters()], want, 1e-5)
+done.append("channels_last")
+
+# 12. a process set: gradients are averaged over its ranks only
+if size == 3:
+    ps = hvd.add_process_set([0, 2])
+    model = make()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), process_set=ps)
+    local = local_grads(model, [batch(30)])
+    train_step(opt, model, [batch(30)], step=False)
+    opt.synchronize()
+    if rank in (0, 2):
+        want = [hvd.allreduce(g, name="ref.ps%d" % i, process_set=ps) for i, g in enumerate(local)]
+    else:
+        want = local
+    close([p.grad for p in model.parameters()], want)
+    with opt.skip_synchronize():
+        opt.step()
+    opt.zero_grad()
+    hvd.remove_process_set(ps)
+    done.append("process_set")
+print(json.dumps(done))
+"""
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_distributed_optimizer(size):
+    results = run_ok(size, OPTIMIZER_CHECKS, timeout=180, env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+    expected = {"average", "param_groups", "skip_synchronize", "backward_passes_per_step", "groups",
+                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "validation",
+                "adam_identical", "channels_last"}
+    if size > 1:
+        expected.add("zero_grad_assertion")
+    if size == 3:
+        expected.add("process_set")
+    for done in results:
+        assert set(done) == expected
+
+
+def test_compressors_round_trip():
+    # In-process: compressors are pure tensor transforms.
+    import torch
+
+    from horovod.torch.compression import Compression
+
+    x = torch.randn(5, dtype=torch.float32)
+    for comp, wire, tol in ((Compression.none, torch.float32, 0), (Compression.fp16, torch.float16, 1e-3),
+                            (Compression.bf16, torch.bfloat16, 1e-2)):
+        c, ctx = comp.compress(x)
+        assert c.dtype == wire
+        back = comp.decompress(c, ctx)
+        assert back.dtype == torch.float32 and torch.allclose(back, x, atol=tol, rtol=tol)
+        ints = torch.arange(4)
+        c, ctx = comp.compress(ints)  # integers travel unchanged
+        assert c is ints and comp.decompress(c, ctx) is ints
+    d = torch.randn(3, dtype=torch.float64)
+    c, ctx = Compression.bf16.compress(d)
+    assert c.dtype == torch.bfloat16 and Compression.bf16.decompress(c, ctx).dtype == torch.float64
+    h = torch.randn(3).half()
+    c, ctx = Compression.fp16.compress(h)
+    assert c is h  # already 16-bit: no copy
