@@ -53,7 +53,12 @@ cmake --build build/cpp-tests -j "$JOBS" >/dev/null
 ctest --test-dir build/cpp-tests --output-on-failure
 
 echo "== Python tests"
-# From outside the source folders, so `import horovod` is the installed copy.
+# One pytest run per package (test modules share basenames across packages),
+# from outside the source folders, so `import horovod` is the installed copy.
 cd "$ROOT/build"
-python -m pytest -p no:cacheprovider --timeout=300 -q "$@" \
-  "$ROOT/packages/hvd-core/tests/python" "$ROOT/packages/hvd-launch/tests" "$ROOT/packages/hvd-torch/tests"
+status=0
+for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests; do
+  echo "-- $tests"
+  python -m pytest -p no:cacheprovider --timeout=300 -q "$@" "$ROOT/$tests" || status=1
+done
+exit $status
