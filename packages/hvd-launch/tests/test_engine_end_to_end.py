@@ -13,13 +13,18 @@ from launch_harness import base_env, horovodrun, mpi_env
 
 pytestmark = pytest.mark.engine
 
+# Each rank reports in one write(2) of less than PIPE_BUF bytes: under a plain
+# mpirun (MPICH) all ranks share one stdout pipe, and print()'s separate
+# writes of text and newline can interleave between ranks.
 ALLREDUCE = """
+import os
 import numpy as np
 import horovod.common as hvd
 hvd.init()
 total = hvd.allreduce(np.array([hvd.rank() + 1.0]), op=hvd.Sum)
-print(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(),
-      float(total[0]))
+line = " ".join(str(v) for v in (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(),
+                                  hvd.cross_size(), float(total[0])))
+os.write(1, (line + "\\n").encode())
 hvd.shutdown()
 """
 

@@ -260,17 +260,23 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
             worker.start(writer)
         while True:
             running = [w for w in workers if w.process is not None and w.command.label not in exits]
+            newly_failed = []
             for worker in running:
                 if worker.process.poll() is not None:
                     status = worker.exit_status()
                     exits[worker.command.label] = status
-                    if status.failed and first_failure is None and not stopping:
-                        # mpirun's exit hides which rank failed; the probe knows.
-                        reported = failure_probe(force=True) if failure_probe else None
-                        first_failure = reported or status
-                        status = first_failure
-                        if on_failure is not None:
-                            on_failure(status)
+                    if status.failed:
+                        newly_failed.append(status)
+            if newly_failed and first_failure is None and not stopping:
+                # Several ranks found dead in one poll: one killed by a signal is
+                # the cause, since its peers notice its death within milliseconds
+                # and exit with an error of their own.
+                cause = min(newly_failed, key=lambda s: s.signal is None)
+                # mpirun's exit hides which rank failed; the probe knows.
+                reported = failure_probe(force=True) if failure_probe else None
+                first_failure = reported or cause
+                if on_failure is not None:
+                    on_failure(first_failure)
             if first_failure is None and not stopping and failure_probe is not None:
                 reported = failure_probe()
                 if reported is not None:
