@@ -72,12 +72,16 @@ int64_t Timeline::now_us() const {
       .count();
 }
 
-void Timeline::emit(const std::string& tensor, const std::string& body) {
+void Timeline::emit(const std::string& tensor, const std::string& body, bool opens) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!active_.load()) return;
   auto it = tensor_pids_.find(tensor);
   int pid;
   if (it == tensor_pids_.end()) {
+    // A timeline started at run time must not show the tail (an "E" or a
+    // rank-ready mark) of an operation that began before it: only an opening
+    // event introduces a tensor.
+    if (!opens) return;
     pid = static_cast<int>(tensor_pids_.size()) + 1;
     tensor_pids_.emplace(tensor, pid);
     pending_.push_back("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(pid) +
@@ -93,7 +97,8 @@ void Timeline::emit(const std::string& tensor, const std::string& body) {
 
 void Timeline::negotiate_start(const std::string& tensor, const std::string& op_upper) {
   if (!active()) return;
-  emit(tensor, "\"name\": \"NEGOTIATE_" + op_upper + "\", \"ph\": \"B\", \"ts\": " + std::to_string(now_us()));
+  emit(tensor, "\"name\": \"NEGOTIATE_" + op_upper + "\", \"ph\": \"B\", \"ts\": " + std::to_string(now_us()),
+       true);
 }
 
 void Timeline::negotiate_rank_ready(const std::string& tensor, int rank) {
@@ -109,7 +114,7 @@ void Timeline::negotiate_end(const std::string& tensor) {
 
 void Timeline::op_start(const std::string& tensor, const std::string& op_upper) {
   if (!active()) return;
-  emit(tensor, "\"name\": \"" + op_upper + "\", \"ph\": \"B\", \"ts\": " + std::to_string(now_us()));
+  emit(tensor, "\"name\": \"" + op_upper + "\", \"ph\": \"B\", \"ts\": " + std::to_string(now_us()), true);
 }
 
 void Timeline::activity_start(const std::string& tensor, const std::string& activity) {

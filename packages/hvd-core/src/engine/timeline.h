@@ -36,7 +36,7 @@ class Timeline {
   void mark_cycle();
 
  private:
-  void emit(const std::string& tensor, const std::string& event_json_without_pid);
+  void emit(const std::string& tensor, const std::string& event_json_without_pid, bool opens = false);
   void writer_loop();
   void flush_locked(std::unique_lock<std::mutex>& lock);
   int64_t now_us() const;
