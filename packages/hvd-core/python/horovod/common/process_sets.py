@@ -5,7 +5,7 @@
 import ctypes
 from typing import List, Optional, Sequence, Union
 
-__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "process_set_id_of"]
 
 _basics = None  # the HorovodBasics that registered sets talk to
 
@@ -72,6 +72,16 @@ class ProcessSet:
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
+
+
+def process_set_id_of(process_set):
+    """The engine id of a registered ProcessSet; ValueError when it is not one, or not registered."""
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError("process_set must be a ProcessSet, got %r" % (process_set,))
+    if process_set.process_set_id is None:
+        raise ValueError("%s is not registered; pass it to hvd.init(process_sets=...) or "
+                         "hvd.add_process_set()" % process_set)
+    return process_set.process_set_id
 
 
 def _setup(basics):

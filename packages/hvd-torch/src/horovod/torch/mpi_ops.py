@@ -17,6 +17,7 @@ from horovod.common.exceptions import HorovodInternalError
 from horovod.common.handles import HandleManager, TensorDesc, enqueue, full_name, result, run_sync
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
+from horovod.common.process_sets import process_set_id_of as _process_set_id
 from horovod.common.util import get_average_backwards_compatibility_fun
 
 from horovod.torch.compression import Compression
@@ -113,15 +114,6 @@ def _to_host(tensor):
     if not tensor.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
     return tensor.detach().to("cpu")
-
-
-def _process_set_id(process_set):
-    if not isinstance(process_set, ProcessSet):
-        raise ValueError("process_set must be a ProcessSet, got %r" % (process_set,))
-    if process_set.process_set_id is None:
-        raise ValueError("%s is not registered; pass it to hvd.init(process_sets=...) or "
-                         "hvd.add_process_set()" % process_set)
-    return process_set.process_set_id
 
 
 def _tensor_names(collective, name, count):
