@@ -33,8 +33,15 @@ python -m pip install -q --disable-pip-version-check numpy scikit-build-core "se
 # torch pinned to the CPU build (an unpinned torch pulls GBs of CUDA
 # packages); hvd-torch itself with --no-deps so pip never re-resolves torch.
 python -m pip install -q --disable-pip-version-check torch==2.13.0
+# TensorFlow: the CPU build; tf-keras (legacy Keras 2, for TF_USE_LEGACY_KERAS=1
+# tests) with --no-deps, since its dependency list pulls the full CUDA TF.
+python -m pip install -q --disable-pip-version-check tensorflow-cpu==2.21.0
+python -m pip install -q --disable-pip-version-check --no-deps tf-keras==2.21.0
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-torch
+# hvd-tensorflow compiles against the TensorFlow installed above: no isolation.
+python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
+  ./packages/hvd-tensorflow
 
 # Open MPI and MPICH from PyPI, each in its own environment (both ship an
 # mpirun), for the launcher's --mpi and plain-mpirun tests.
@@ -57,7 +64,8 @@ echo "== Python tests"
 # from outside the source folders, so `import horovod` is the installed copy.
 cd "$ROOT/build"
 status=0
-for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests; do
+for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
+    packages/hvd-tensorflow/tests; do
   echo "-- $tests"
   python -m pytest -p no:cacheprovider --timeout=300 -q "$@" "$ROOT/$tests" || status=1
 done

@@ -78,6 +78,8 @@ def process_set_id_of(process_set):
     """The engine id of a registered ProcessSet; ValueError when it is not one, or not registered."""
     if not isinstance(process_set, ProcessSet):
         raise ValueError("process_set must be a ProcessSet, got %r" % (process_set,))
+    if process_set is global_process_set:
+        return 0  # before hvd.init() too: the engine then says it is not initialised
     if process_set.process_set_id is None:
         raise ValueError("%s is not registered; pass it to hvd.init(process_sets=...) or "
                          "hvd.add_process_set()" % process_set)
