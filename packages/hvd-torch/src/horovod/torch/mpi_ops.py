@@ -36,28 +36,10 @@ __all__ = [
 # One engine state for every binding in the process: sharing hvd-core's
 # HorovodBasics means hvd.init() through horovod.torch also initialises
 # horovod.common (and the other way round), as Horovod's frameworks did.
-init = _basics.init
-shutdown = _basics.shutdown
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
+from horovod.common import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: E402,F401
+                            gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
+                            mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
+                            shutdown, size, start_timeline, stop_timeline)
 
 handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(HorovodBasics)
 
