@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import tf_ranks
+import op_ranks
 
 DTYPES = ["uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 
@@ -125,7 +125,7 @@ def _expected(n, r_seen):
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_collective_and_dtype_eager_and_tf_function(n):
     import numpy as np
-    reports = tf_ranks.run_ok(n, COLLECTIVES % {"dtypes": DTYPES}, timeout=240)
+    reports = op_ranks.run_ok(n, COLLECTIVES % {"dtypes": DTYPES}, timeout=240)
     for r, rep in enumerate(reports):
         exp = _expected(n, r)
         for key, want in exp.items():
@@ -144,7 +144,7 @@ def test_every_collective_and_dtype_eager_and_tf_function(n):
 def test_bfloat16_sum_is_accurate():
     # 0.1 is not exact in bfloat16: a sum accumulated in bfloat16 itself
     # would drift; the engine must round once at the end.
-    reports = tf_ranks.run_ok(2, '''
+    reports = op_ranks.run_ok(2, '''
 ops.init()
 x = tf.cast(tf.fill([1000], 0.1 + 0.01 * ops.rank()), tf.bfloat16)
 s = ops._allreduce(x, op=ops.Sum)
@@ -196,7 +196,7 @@ print(json.dumps(out))
 
 
 def test_gradients():
-    reports = tf_ranks.run_ok(2, GRADIENTS)
+    reports = op_ranks.run_ok(2, GRADIENTS)
     n = 2
     for r, rep in enumerate(reports):
         assert rep["allreduce_sum"] == [2.0 * (1 + 2)] * 3
@@ -213,7 +213,7 @@ def test_gradients():
 
 
 def test_process_sets():
-    reports = tf_ranks.run_ok(3, '''
+    reports = op_ranks.run_ok(3, '''
 even = ops.ProcessSet([0, 2])
 ops.init(process_sets=[even])
 r = ops.rank()
@@ -271,7 +271,7 @@ print(json.dumps(out))
 
 
 def test_errors_raise_on_every_rank_and_engine_stays_usable():
-    reports = tf_ranks.run_ok(2, ERRORS, timeout=120)
+    reports = op_ranks.run_ok(2, ERRORS, timeout=120)
     for r, rep in enumerate(reports):
         for key in ("shape", "dtype", "root", "graph_shape", "gather_rank"):
             assert rep[key][0] == "FailedPreconditionError", (key, r, rep[key])
@@ -287,7 +287,7 @@ def test_errors_raise_on_every_rank_and_engine_stays_usable():
 
 
 def test_uninitialized_and_dead_peer():
-    results = tf_ranks.run(2, '''
+    results = op_ranks.run(2, '''
 try:
     ops._allreduce(tf.ones([1]))
     print(json.dumps("no error"))
@@ -314,7 +314,7 @@ except tf.errors.UnknownError as e:
 
 def test_tensorflow_and_torch_in_one_process_share_the_engine():
     pytest.importorskip("torch")
-    reports = tf_ranks.run_ok(2, '''
+    reports = op_ranks.run_ok(2, '''
 import torch
 import horovod.torch as hvd_torch
 hvd_torch.init()

@@ -1,4 +1,4 @@
-# tf_ranks.py - runs TensorFlow snippets as N real hvd ranks
+# op_ranks.py - runs TensorFlow snippets as N real hvd ranks
 # (horovod.common.testing) with `import horovod.tensorflow.mpi_ops as ops`
 # in front; TF kept to few threads since ranks share two cores.
 """Helpers to run TensorFlow snippets as N real hvd ranks."""
