@@ -154,8 +154,10 @@ def _allgather_grad_of(x, grad, process_set):
     dim0 = tf.shape(x, out_type=tf.int64)[:1]
     dims = allgather(dim0, process_set=process_set)
     offset = tf.reduce_sum(dims[:_rank_in(process_set)])
+    # Explicit sizes, not -1: XLA (jit_compile) cannot lower a slice with a
+    # computed start and a -1 size.
     return tf.slice(grad, tf.concat([[offset], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0),
-                    tf.concat([dim0, tf.fill([tf.rank(grad) - 1], tf.constant(-1, tf.int64))], 0))
+                    tf.concat([dim0, tf.shape(grad, out_type=tf.int64)[1:]], 0))
 
 
 @_ops.RegisterGradient("HorovodAllgather")

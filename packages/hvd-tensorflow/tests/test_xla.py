@@ -1,0 +1,280 @@
+# test_xla.py - Horovod TF collectives inside tf.function(jit_compile=True)
+# on the CPU (libhvd_tensorflow_xla.so: tf2xla kernels lowering the ops to
+# XLA FFI custom calls). One 2-rank job runs every check, so TensorFlow is
+# imported once per rank; each test below asserts one part of its report.
+import importlib.util
+import os
+
+import pytest
+
+from horovod.common import testing
+
+
+def _xla_built():
+    spec = importlib.util.find_spec("horovod.tensorflow")
+    for folder in spec.submodule_search_locations or []:
+        info = os.path.join(folder, "_build_info.py")
+        if os.path.exists(info):
+            scope = {}
+            with open(info) as f:
+                exec(f.read(), scope)
+            return scope.get("XLA_BUILT", False)
+    return False
+
+
+pytestmark = pytest.mark.skipif(not _xla_built(), reason="hvd-tensorflow was built without XLA (HVD_TF_XLA=OFF)")
+
+PREAMBLE = """
+import json, os, time
+import numpy as np
+import tensorflow as tf
+# Ranks share two cores: more threads would only contend.
+tf.config.threading.set_inter_op_parallelism_threads(2)
+tf.config.threading.set_intra_op_parallelism_threads(1)
+import horovod.tensorflow.mpi_ops as hvd
+"""
+
+SCRIPT = r'''
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+report = {"xla_built": hvd.xla_built()}
+
+def jit(fn):
+    return tf.function(fn, jit_compile=True)
+
+def same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.allclose(a, b)
+
+def error_of(fn, *args):
+    try:
+        fn(*args)
+    except Exception as e:
+        return {"type": type(e).__name__, "message": str(e)}
+    return None
+
+# --- allreduce: sum/average, several dtypes, scale factors ------------------
+x32 = tf.constant([[1.5, -2.0, 3.0], [0.25, 4.0, -1.0]]) * (rank + 1)
+xi = tf.constant([3, -7, 11], tf.int32) * (rank + 2)
+x64 = tf.constant([1.0, 2.0, 4.0], tf.float64) * (rank + 1)
+
+def reductions(a, b, c):
+    return (hvd._allreduce(a, name="ar.sum", op=hvd.Sum),
+            hvd._allreduce(a, name="ar.avg", op=hvd.Average),
+            hvd._allreduce(b, name="ar.int", op=hvd.Sum),
+            hvd._allreduce(b, name="ar.max", op=hvd.Max),
+            hvd._allreduce(c, name="ar.scaled", op=hvd.Average, prescale_factor=0.5, postscale_factor=3.0))
+
+compiled = jit(reductions)(x32, xi, x64)
+eager = reductions(x32, xi, x64)
+base_i = xi // (rank + 2)
+expected = (x32 / (rank + 1) * 3, x32 / (rank + 1) * 1.5, base_i * 5, tf.maximum(base_i * 2, base_i * 3),
+            x64 / (rank + 1) * 1.5 * 0.5 * 3.0)
+expected = [tf.cast(e, c.dtype) for e, c in zip(expected, compiled)]
+report["allreduce_equals_eager"] = all(same(c, e) for c, e in zip(compiled, eager))
+report["allreduce_expected"] = all(same(c, e) for c, e in zip(compiled, expected))
+hlo = jit(reductions).experimental_get_compiler_ir(x32, xi, x64)(stage="hlo")
+report["allreduce_hlo_custom_calls"] = hlo.count('custom_call_target="hvd_allreduce"')
+report["allreduce_hlo_side_effect"] = "custom_call_has_side_effect=true" in hlo
+report["allreduce_hlo_names"] = all('name = "%s"' % n in hlo for n in ("ar.sum", "ar.avg", "ar.scaled"))
+
+def grouped(a, b):
+    return hvd._grouped_allreduce([a, b], name="ar.group", op=hvd.Average)
+
+report["grouped_allreduce_equals_eager"] = all(
+    same(c, e) for c, e in zip(jit(grouped)(x32, x32 * 2), grouped(x32, x32 * 2)))
+
+# --- allgather: first dimension differs per rank --------------------------
+rows = rank + 1
+g32 = tf.reshape(tf.range(rows * 3, dtype=tf.float32), [rows, 3]) + 100 * rank
+gi64 = tf.fill([rows + 1], tf.constant(rank + 10, tf.int64))
+gbool = tf.constant([True, False][: rows])
+
+def gathers(a, b, c):
+    return (hvd.allgather(a, name="ag.f32"), hvd.allgather(b, name="ag.i64"), hvd.allgather(c, name="ag.bool"),
+            hvd.grouped_allgather([a, a * 2], name="ag.group"))
+
+c_ag, e_ag = jit(gathers)(g32, gi64, gbool), gathers(g32, gi64, gbool)
+report["allgather_equals_eager"] = (all(same(c, e) for c, e in zip(c_ag[:3], e_ag[:3]))
+                                    and all(same(c, e) for c, e in zip(c_ag[3], e_ag[3])))
+report["allgather_shapes"] = [list(t.shape) for t in c_ag[:3]]
+report["allgather_rows"] = np.asarray(c_ag[0])[:, 0].tolist()
+report["allgather_hlo"] = 'custom_call_target="hvd_allgather"' in \
+    jit(gathers).experimental_get_compiler_ir(g32, gi64, gbool)(stage="hlo")
+# New first dimensions on every rank: every rank recompiles together.
+bigger = tf.concat([g32, g32], 0)
+report["allgather_recompiled"] = same(jit(gathers)(bigger, gi64, gbool)[0], gathers(bigger, gi64, gbool)[0])
+
+# --- broadcast from root 1 ------------------------------------------------
+def bcast(a, b):
+    return hvd.broadcast(a, 1, name="bc.f32"), hvd.broadcast(b, 1, name="bc.bool")
+
+bb = tf.constant([rank == 0, rank == 1, True])
+c_bc, e_bc = jit(bcast)(x32, bb), bcast(x32, bb)
+report["broadcast_equals_eager"] = all(same(c, e) for c, e in zip(c_bc, e_bc))
+report["broadcast_from_root_1"] = same(c_bc[0], x32 / (rank + 1) * 2) and c_bc[1].numpy().tolist() == [False, True, True]
+report["broadcast_hlo"] = 'custom_call_target="hvd_broadcast"' in \
+    jit(bcast).experimental_get_compiler_ir(x32, bb)(stage="hlo")
+
+# --- reducescatter: 5 rows split 3/2 --------------------------------------
+rs = tf.reshape(tf.range(10, dtype=tf.float32), [5, 2]) * (rank + 1)
+
+def scatters(a):
+    return (hvd._reducescatter(a, name="rs.sum", op=hvd.Sum),
+            hvd._reducescatter(a, name="rs.avg", op=hvd.Average),
+            hvd._grouped_reducescatter([a, a + 1], name="rs.group", op=hvd.Sum))
+
+c_rs, e_rs = jit(scatters)(rs), scatters(rs)
+report["reducescatter_equals_eager"] = (all(same(c, e) for c, e in zip(c_rs[:2], e_rs[:2]))
+                                        and all(same(c, e) for c, e in zip(c_rs[2], e_rs[2])))
+report["reducescatter_rows"] = c_rs[0].shape[0]
+
+# --- names: ignore_name_scope lets ranks in different scopes match --------
+def scoped(a):
+    with tf.name_scope("rank%d" % rank):
+        return hvd._allreduce(a, name="scoped", op=hvd.Sum, ignore_name_scope=True)
+
+report["ignore_name_scope"] = same(jit(scoped)(x32), x32 / (rank + 1) * 3)
+
+# --- gradients computed inside the XLA program ----------------------------
+w = tf.Variable(tf.constant([1.0, 2.0, 3.0]) * (rank + 1))
+
+def loss_and_grad():
+    with tf.GradientTape() as tape:
+        r = hvd._allreduce(w * w, name="grad.ar", op=hvd.Average)
+        b = hvd.broadcast(w, 0, name="grad.bc")
+        loss = tf.reduce_sum(r * tf.constant([1.0, 10.0, 100.0])) + tf.reduce_sum(b)
+    return tape.gradient(loss, w)
+
+report["gradient_equals_eager"] = same(jit(loss_and_grad)(), loss_and_grad())
+
+# --- errors: every rank fails, nothing hangs, the engine stays usable ------
+t0 = time.monotonic()
+err = error_of(jit(lambda a: hvd._allreduce(a, name="bad.shape", op=hvd.Sum)), tf.ones([2 + rank]))
+report["mismatch_error"] = err
+err = error_of(jit(lambda a: hvd.allgather(a, name="bad.gather")), tf.ones([2, 2 + rank]))
+report["allgather_trailing_mismatch_error"] = err
+# Rank 0 changes its first dimension and recompiles; rank 1 reuses its program.
+ag = jit(lambda a: hvd.allgather(a, name="stale.gather"))
+ag(tf.ones([1 + rank, 2]))
+report["stale_allgather_error"] = error_of(ag, tf.ones([4 if rank == 0 else 2, 2]))
+report["errors_seconds"] = time.monotonic() - t0
+report["usable_after_errors"] = same(jit(lambda a: hvd._allreduce(a, name="after", op=hvd.Sum))(x32),
+                                     x32 / (rank + 1) * 3)
+print(json.dumps(report))
+'''
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return testing.run_ok(2, SCRIPT, preamble=PREAMBLE, timeout=150, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def test_xla_library_is_loaded(reports):
+    assert all(r["xla_built"] for r in reports)
+
+
+def test_allreduce_under_jit_equals_eager_for_sum_average_dtypes_and_scaling(reports):
+    for r in reports:
+        assert r["allreduce_equals_eager"]
+        assert r["allreduce_expected"]
+
+
+def test_jit_lowers_allreduce_to_side_effecting_ffi_custom_calls_named_like_the_nodes(reports):
+    for r in reports:
+        assert r["allreduce_hlo_custom_calls"] == 5
+        assert r["allreduce_hlo_side_effect"]
+        assert r["allreduce_hlo_names"]
+
+
+def test_grouped_allreduce_under_jit_equals_eager(reports):
+    assert all(r["grouped_allreduce_equals_eager"] for r in reports)
+
+
+def test_allgather_under_jit_with_different_first_dims_equals_eager(reports):
+    for r in reports:
+        assert r["allgather_equals_eager"]
+        assert r["allgather_hlo"]
+        # rank 0 sends 1 row, rank 1 sends 2: 3 rows; int64 has one more per rank
+        assert r["allgather_shapes"] == [[3, 3], [5], [3]]
+        assert r["allgather_rows"] == [0.0, 100.0, 103.0]
+        assert r["allgather_recompiled"]
+
+
+def test_broadcast_under_jit_from_root_1_equals_eager(reports):
+    for r in reports:
+        assert r["broadcast_equals_eager"]
+        assert r["broadcast_from_root_1"]
+        assert r["broadcast_hlo"]
+
+
+def test_reducescatter_under_jit_equals_eager_with_uneven_split(reports):
+    assert [r["reducescatter_rows"] for r in reports] == [3, 2]
+    assert all(r["reducescatter_equals_eager"] for r in reports)
+
+
+def test_ignore_name_scope_under_jit_matches_ranks_in_different_scopes(reports):
+    assert all(r["ignore_name_scope"] for r in reports)
+
+
+def test_gradients_inside_the_xla_program_equal_eager(reports):
+    assert all(r["gradient_equals_eager"] for r in reports)
+
+
+def test_shape_mismatch_under_jit_raises_on_every_rank_naming_the_tensor(reports):
+    for r in reports:
+        err = r["mismatch_error"]
+        assert err is not None
+        assert err["type"] == "FailedPreconditionError"
+        assert "bad.shape" in err["message"]
+
+
+def test_allgather_trailing_dim_mismatch_fails_compilation_on_every_rank(reports):
+    for r in reports:
+        err = r["allgather_trailing_mismatch_error"]
+        assert err is not None
+        assert err["type"] == "FailedPreconditionError"
+        assert "bad.gather" in err["message"]
+
+
+def test_allgather_with_stale_compiled_shape_raises_instead_of_hanging(reports):
+    for r in reports:
+        err = r["stale_allgather_error"]
+        assert err is not None
+        assert err["type"] == "FailedPreconditionError"
+        assert "stale.gather" in err["message"]
+        assert r["errors_seconds"] < 30
+
+
+def test_engine_usable_after_jit_errors(reports):
+    assert all(r["usable_after_errors"] for r in reports)
+
+
+PEER_DIES = r'''
+hvd.init()
+f = tf.function(lambda a: hvd._allreduce(a, name="before.death", op=hvd.Sum), jit_compile=True)
+f(tf.ones([4]))
+if hvd.rank() == 1:
+    os._exit(0)
+g = tf.function(lambda a: hvd._allreduce(a, name="after.death", op=hvd.Sum), jit_compile=True)
+t0 = time.monotonic()
+try:
+    g(tf.ones([4]))
+    err = None
+except Exception as e:
+    err = {"type": type(e).__name__, "message": str(e)}
+print(json.dumps({"error": err, "seconds": time.monotonic() - t0}))
+'''
+
+
+def test_dead_peer_under_jit_raises_unknown_error_starting_with_the_op_type():
+    # Horovod's elastic code turns an UnknownError whose message starts with
+    # the op type into HorovodInternalError: the XLA path must keep that shape.
+    results = testing.run(2, PEER_DIES, preamble=PREAMBLE, timeout=90, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert results[1].returncode == 0, str(results[1])
+    assert results[0].returncode == 0, str(results[0])
+    report = results[0].last_json()
+    assert report["error"] is not None
+    assert report["error"]["type"] == "UnknownError"
+    assert report["error"]["message"].startswith("HorovodAllreduce: ")
+    assert report["seconds"] < 30
