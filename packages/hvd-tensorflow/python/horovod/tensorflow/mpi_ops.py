@@ -194,9 +194,11 @@ def _broadcast_grad(op, grad):
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Overwrites each tf.Variable of `variables` with `root_rank`'s value, in place; returns `variables`.
+    """Overwrites each tf.Variable of `variables` with `root_rank`'s value, in place.
 
-    Variables of several dtypes become one op per dtype.
+    Variables of several dtypes become one op per dtype. Returns `variables`
+    when executing eagerly; in a graph, their values read after the
+    broadcast, so that running them (e.g. in a TF1 session) runs it.
     """
     variables = list(variables)
     if not variables:
@@ -205,15 +207,19 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     for v in variables:
         by_dtype.setdefault(v.dtype.base_dtype, []).append(v)
     ps_id = process_set_id_of(process_set)
+    broadcasts = []
     for dtype, group in by_dtype.items():
         op_name = name
         if op_name is None and not tf.executing_eagerly():
             op_name = "HorovodBroadcastInplace_%s" % _normalize_name(group[0].name)
         if op_name is not None and len(by_dtype) > 1:
             op_name = "%s_%s" % (op_name, dtype.name)
-        MPI_LIB.horovod_broadcast_inplace_resource([v.handle for v in group], root_rank=root_rank, T=dtype,
-                                                   name=op_name, process_set_id=ps_id)
-    return variables
+        broadcasts.append(MPI_LIB.horovod_broadcast_inplace_resource(
+            [v.handle for v in group], root_rank=root_rank, T=dtype, name=op_name, process_set_id=ps_id))
+    if tf.executing_eagerly():
+        return variables
+    with tf.control_dependencies(broadcasts):
+        return [v.read_value() for v in variables]
 
 
 # ---------------------------------------------------------------------------
