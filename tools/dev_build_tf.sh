@@ -20,11 +20,14 @@ for t in "${targets[@]}"; do
   cmake --build "$BUILD_DIR" --target "$t" -j "${HVD_JOBS:-2}"
 done
 dest=packages/hvd-tensorflow/python/horovod/tensorflow
-cp "$BUILD_DIR/_build_info.py" "$dest/"
+# Copy, then rename: a process that has the old library mapped keeps it
+# (overwriting a mapped library in place crashes that process).
+place() { cp "$1" "$dest/.$(basename "$1").tmp" && mv -f "$dest/.$(basename "$1").tmp" "$dest/$(basename "$1")"; }
+place "$BUILD_DIR/_build_info.py"
 for t in "${targets[@]}"; do
   if [[ $t == all ]]; then
-    cp "$BUILD_DIR"/lib*.so "$dest/"
+    for lib in "$BUILD_DIR"/lib*.so; do place "$lib"; done
   else
-    cp "$BUILD_DIR/lib$t.so" "$dest/"
+    place "$BUILD_DIR/lib$t.so"
   fi
 done

@@ -1,0 +1,401 @@
+# _keras/callbacks.py - what Horovod's Keras callbacks do, written once for
+# every Keras: each class here is a mixin that horovod.tensorflow.keras and
+# horovod.keras combine with their own keras.callbacks.Callback (or
+# ModelCheckpoint). Works on Keras 3 (Python-float hyperparameters, Keras
+# variables) and on tf-keras (both optimizer generations).
+"""Shared implementation of the Horovod Keras callbacks."""
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+import horovod.tensorflow as hvd
+from horovod.tensorflow.mpi_ops import Average, rank, size
+from horovod._keras import get_value, optimizer_variables, tf_variables
+
+
+def _model_variables(model):
+    # Keras 3 keeps seed-generator and metric state in model.variables too;
+    # everything a replica holds is made equal.
+    return tf_variables(model.variables)
+
+
+class BroadcastGlobalVariablesCallbackImpl:
+    def __init__(self, keras, root_rank, device="", *args):
+        super().__init__(*args)
+        self.keras = keras
+        self.root_rank = root_rank
+        self.device = device
+        self.broadcast_done = False
+
+    def _broadcast(self, variables):
+        variables = [v for v in variables if v is not None]
+        if not variables:
+            return
+
+        # One function for all variables: their broadcasts are in flight
+        # together (and fuse) instead of blocking one after the other.
+        @tf.function
+        def broadcast_all():
+            with tf.device(self.device):
+                hvd.broadcast_variables(variables, root_rank=self.root_rank)
+
+        broadcast_all()
+
+    def on_train_begin(self, logs=None):
+        # Keras 3 builds the model and the optimizer before training starts:
+        # broadcasting now makes even the first step start from rank 0's
+        # weights (a step taken from different weights would mix them).
+        if self.broadcast_done or not getattr(self.model, "built", True):
+            return
+        variables = _model_variables(self.model)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            variables += tf_variables(optimizer_variables(optimizer))
+        self._broadcast(variables)
+
+    def on_batch_end(self, batch, logs=None):
+        # As Horovod: after the first batch, when every lazily created
+        # variable (tf-keras optimizer slots, subclassed models) exists.
+        if self.broadcast_done:
+            return
+        variables = _model_variables(self.model)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            variables += tf_variables(optimizer_variables(optimizer))
+        self._broadcast(variables)
+        self.broadcast_done = True
+
+
+class MetricAverageCallbackImpl:
+    def __init__(self, keras, device="", *args):
+        super().__init__(*args)
+        self.keras = keras
+        self.device = device
+
+    def _average_metrics_in_place(self, logs):
+        if not logs:
+            return
+        # Sorted, so every rank packs the same metric into the same slot;
+        # one allreduce carries all of them.
+        names = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and np.asarray(v).dtype.kind in "fiub")
+        if not names:
+            return
+        values = tf.constant([float(np.asarray(logs[k])) for k in names], dtype=tf.float64)
+        with tf.device(self.device):
+            averaged = hvd.allreduce(values, op=Average, name="MetricAverageCallback")
+        for k, v in zip(names, np.asarray(averaged).tolist()):
+            logs[k] = v
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average_metrics_in_place(logs)
+
+
+class LearningRateScheduleCallbackImpl:
+    def __init__(self, keras, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None, *args):
+        super().__init__(*args)
+        self.keras = keras
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.initial_lr = initial_lr
+        self.restore_momentum = None
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = None
+        self._warned_momentum = False
+
+        if not callable(multiplier):
+            # A constant multiplier only makes sense per epoch.
+            self.staircase = True
+            constant = multiplier
+            self.multiplier = lambda epoch: constant
+        else:
+            self.multiplier = multiplier
+
+        if self.initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
+
+    def _autodetect_steps_per_epoch(self):
+        params = self.params or {}
+        if params.get("steps"):
+            return params["steps"]
+        if params.get("samples") and params.get("batch_size"):
+            return params["samples"] // params["batch_size"]
+        raise ValueError("Could not autodetect the number of steps per epoch. Please specify the steps_per_epoch "
+                         "parameter to the %s()." % self.__class__.__name__)
+
+    def _momentum_variable(self, optimizer):
+        """The optimizer's momentum when it is a variable the compiled train step reads, else None."""
+        momentum = getattr(optimizer, "momentum", None)
+        if momentum is None:
+            return None
+        if hasattr(momentum, "assign"):
+            return momentum
+        # Keras 3 and tf-keras' current optimizers keep momentum as a Python
+        # float that the compiled train step captured when it was traced:
+        # changing it now would not reach the step, so it is left alone.
+        if not self._warned_momentum and get_value(momentum) != 0.0:
+            self._warned_momentum = True
+            warnings.warn("%s: momentum correction skipped: %s keeps momentum as a Python float, which a "
+                          "compiled train step cannot see change (tf-keras' legacy optimizers keep it as a "
+                          "variable). Pass momentum_correction=False to silence this."
+                          % (self.__class__.__name__, type(optimizer).__name__))
+        return None
+
+    def _adjust_learning_rate(self, epoch):
+        optimizer = self.model.optimizer
+        old_lr = get_value(optimizer.learning_rate)
+        new_lr = self.initial_lr * self.multiplier(epoch)
+        optimizer.learning_rate = new_lr
+
+        if self.momentum_correction:
+            momentum = self._momentum_variable(optimizer)
+            if momentum is not None and old_lr != 0.0:
+                # Goyal et al. 2017: scale momentum by new_lr / old_lr for the
+                # step in which the learning rate changes, then restore it.
+                self.restore_momentum = get_value(momentum)
+                momentum.assign(self.restore_momentum * new_lr / old_lr)
+
+    def _restore_momentum_if_needed(self):
+        if self.restore_momentum is not None:
+            self._momentum_variable(self.model.optimizer).assign(self.restore_momentum)
+            self.restore_momentum = None
+
+    def on_train_begin(self, logs=None):
+        if self.initial_lr is None:
+            self.initial_lr = get_value(self.model.optimizer.learning_rate)
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = self._autodetect_steps_per_epoch()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def on_batch_begin(self, batch, logs=None):
+        if (self.current_epoch < self.start_epoch or
+                self.end_epoch is not None and self.current_epoch >= self.end_epoch):
+            return  # outside the adjustment window
+        if self.staircase and batch == 0:
+            self._adjust_learning_rate(self.current_epoch)
+        elif not self.staircase:
+            self._adjust_learning_rate(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_batch_end(self, batch, logs=None):
+        self._restore_momentum_if_needed()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = get_value(self.model.optimizer.learning_rate)
+
+
+class LearningRateWarmupCallbackImpl(LearningRateScheduleCallbackImpl):
+    def __init__(self, keras, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
+                 verbose=0, *args):
+        def multiplier(epoch):
+            # Shifted by one step so that the last step of each epoch lands
+            # on a round value (readable learning-rate plots); the warmup
+            # goes linearly from initial_lr / size to initial_lr.
+            epoch += 1.0 / self.steps_per_epoch
+            return 1.0 / size() * (epoch * (size() - 1) / warmup_epochs + 1)
+
+        super().__init__(keras, initial_lr, multiplier, 0, warmup_epochs, False, momentum_correction,
+                         steps_per_epoch, *args)
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0:
+            print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                  % (epoch + 1, get_value(self.model.optimizer.learning_rate)))
+
+
+class BestModelCheckpointImpl:
+    """Saves only on rank 0: the other ranks hold the same replica and would
+    race it for the same file."""
+
+    _PLACEHOLDER = "hvd-best-model-placeholder.keras"
+
+    def _rank0(self):
+        return rank() == 0
+
+    def on_train_begin(self, logs=None):
+        if self.filepath is None or self.filepath == self._PLACEHOLDER:
+            raise ValueError("BestModelCheckpoint: set `filepath` (where the best model is saved) before training")
+        if self._rank0() and hasattr(super(), "on_train_begin"):
+            super().on_train_begin(logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._rank0():
+            super().on_train_batch_end(batch, logs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._rank0():
+            super().on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._rank0():
+            super().on_epoch_end(epoch, logs)
+
+
+def make_callback_classes(_keras):
+    """Horovod's Keras callback classes bound to `_keras` (its Callback and ModelCheckpoint)."""
+
+    class BroadcastGlobalVariablesCallback(BroadcastGlobalVariablesCallbackImpl, _keras.callbacks.Callback):
+        """
+        Keras Callback that will broadcast all global variables from root rank
+        to all other processes during initialization.
+
+        This is necessary to ensure consistent initialization of all workers when
+        training is started with random weights or restored from a checkpoint.
+        (hvd: the model's variables, and the optimizer's that exist by then, are
+        also broadcast when training begins, so the first step already starts from
+        root_rank's weights.)
+        """
+
+        def __init__(self, root_rank, device=''):
+            """
+            Construct a new BroadcastGlobalVariablesCallback that will broadcast all
+            global variables from root rank to all other processes during initialization.
+
+            Args:
+                root_rank: Rank that will send data, other ranks will receive data.
+                device: Device to be used for broadcasting. Uses GPU by default
+                        if Horovod was build with HOROVOD_GPU_OPERATIONS.
+            """
+            super().__init__(_keras, root_rank, device)
+
+    class MetricAverageCallback(MetricAverageCallbackImpl, _keras.callbacks.Callback):
+        """
+        Keras Callback that will average metrics across all processes at the
+        end of the epoch. Useful in conjuction with ReduceLROnPlateau,
+        TensorBoard and other metrics-based callbacks.
+
+        Note, this callback must be added to the callback list before the
+        ReduceLROnPlateau, TensorBoard or other metrics-based callbacks.
+        """
+
+        def __init__(self, device=''):
+            """
+            Construct a new MetricAverageCallback that will average metrics
+            across all processes at the end of the epoch.
+
+            Args:
+                device: Device to be used for allreduce. Uses GPU by default
+                        if Horovod was build with HOROVOD_GPU_OPERATIONS.
+            """
+            super().__init__(_keras, device)
+
+    class LearningRateScheduleCallback(LearningRateScheduleCallbackImpl, _keras.callbacks.Callback):
+        """
+        LearningRateScheduleCallback sets learning rate between epochs `start_epoch` and
+        `end_epoch` to be `initial_lr * multiplier`.  `multiplier` can be a constant or
+        a function `f(epoch) = lr'`.
+
+        If `multiplier` is a function and `staircase=True`, learning rate adjustment will
+        happen at the beginning of each epoch and the epoch passed to the `multiplier`
+        function will be an integer.
+
+        If `multiplier` is a function and `staircase=False`, learning rate adjustment will
+        happen at the beginning of each batch and the epoch passed to the `multiplier`
+        function will be a floating number: `epoch' = epoch + batch / steps_per_epoch`.
+        This functionality is useful for smooth learning rate adjustment schedulers, such
+        as `LearningRateWarmupCallback`.
+
+        `initial_lr` is the learning rate of the model optimizer at the start of the training.
+        """
+
+        def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                     momentum_correction=True, steps_per_epoch=None):
+            """
+            Construct a new LearningRateScheduleCallback.
+
+            Args:
+                initial_lr: Initial learning rate at the start of training.
+                multiplier: A constant multiplier or a function `f(epoch) = lr'`
+                start_epoch: The first epoch this adjustment will be applied to. Defaults to 0.
+                end_epoch: The epoch this adjustment will stop applying (exclusive end).
+                           Defaults to None.
+                staircase: Whether to adjust learning rate at the start of epoch (`staircase=True`)
+                           or at the start of every batch (`staircase=False`).
+                momentum_correction: Apply momentum correction to optimizers that have momentum.
+                                     Defaults to True.
+                steps_per_epoch: The callback will attempt to autodetect number of batches per
+                                 epoch with Keras >= 2.0.0. Provide this value if you have an older
+                                 version of Keras.
+            """
+            super().__init__(_keras, initial_lr, multiplier, start_epoch, end_epoch, staircase, momentum_correction,
+                             steps_per_epoch)
+
+    class LearningRateWarmupCallback(LearningRateWarmupCallbackImpl, _keras.callbacks.Callback):
+        """
+        Implements gradual learning rate warmup:
+
+            `lr = initial_lr / hvd.size()` ---> `lr = initial_lr`
+
+        `initial_lr` is the learning rate of the model optimizer at the start of the training.
+
+        This technique was described in the paper "Accurate, Large Minibatch SGD: Training
+        ImageNet in 1 Hour". See https://arxiv.org/pdf/1706.02677.pdf for details.
+
+        Math recap:
+                                                     batch
+            epoch               = full_epochs + ---------------
+                                                steps_per_epoch
+
+                                   lr     size - 1
+            lr'(epoch)          = ---- * (-------- * epoch + 1)
+                                  size     warmup
+
+                                   lr
+            lr'(epoch = 0)      = ----
+                                  size
+
+            lr'(epoch = warmup) = lr
+        """
+
+        def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+            """
+            Construct a new LearningRateWarmupCallback that will gradually warm up the learning rate.
+
+            Args:
+                initial_lr: Initial learning rate at the start of training.
+                warmup_epochs: The number of epochs of the warmup phase. Defaults to 5.
+                momentum_correction: Apply momentum correction to optimizers that have momentum.
+                                     Defaults to True.
+                steps_per_epoch: The callback will attempt to autodetect number of batches per
+                                 epoch with Keras >= 2.0.0. Provide this value if you have an older
+                                 version of Keras.
+                verbose: verbosity mode, 0 or 1.
+            """
+            super().__init__(_keras, initial_lr, warmup_epochs, momentum_correction, steps_per_epoch, verbose)
+
+    class BestModelCheckpoint(BestModelCheckpointImpl, _keras.callbacks.ModelCheckpoint):
+        """
+        Save the model with the best performance. The best performance is decided by
+        `monitor` and `mode`. Only rank 0 writes the file.
+        """
+
+        def __init__(self, filepath=None, monitor='val_loss', verbose=0, mode='auto', save_freq='epoch'):
+            """
+            Args:
+                filepath: Where the best model is saved (Keras 3: ending in `.keras` or `.h5`).
+                          May be set on the callback later, before training starts.
+                monitor: Quantity to monitor.
+                verbose: Verbosity mode, 0 or 1.
+                mode: one of {auto, min, max}. The decision to overwrite the current
+                      save file is made based on either the maximization or the
+                      minimization of the monitored quantity.
+                save_freq: `'epoch'` or integer. When using `'epoch'`, the callback saves
+                           the model after each epoch. When using integer, the callback saves
+                           the model at end of this many batches.
+            """
+            super().__init__(filepath=filepath or self._PLACEHOLDER, monitor=monitor, verbose=verbose,
+                             save_best_only=True, save_weights_only=False, mode=mode, save_freq=save_freq)
+            if filepath is None:
+                self.filepath = None
+
+    return {cls.__name__: cls for cls in (BroadcastGlobalVariablesCallback, MetricAverageCallback,
+                                          LearningRateScheduleCallback, LearningRateWarmupCallback,
+                                          BestModelCheckpoint)}

@@ -1,0 +1,37 @@
+# tensorflow/keras/__init__.py - horovod.tensorflow.keras: Horovod's Keras
+# API for whatever tf.keras resolves to - Keras 3 by default, tf-keras
+# (legacy Keras 2) when TF_USE_LEGACY_KERAS=1. The implementation lives in
+# horovod._keras, shared with horovod.keras.
+"""Horovod's Keras API for ``tf.keras`` (Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1)."""
+
+import tensorflow as tf
+
+from horovod.tensorflow.compression import Compression  # noqa: F401
+from horovod.tensorflow.mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, Product,  # noqa: F401
+                                        ProcessSet, Sum, add_process_set, ccl_built, cross_rank, cross_size,
+                                        cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled,
+                                        init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                                        mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+                                        rocm_built, shutdown, size, start_timeline, stop_timeline)
+from horovod._keras.api import make_api
+
+# tf.keras is a lazy module; resolving it here picks Keras 3 or tf-keras
+# exactly as the user's own `tf.keras` does.
+keras = tf.keras
+
+_api = make_api(keras)
+for _name, _fn in _api.items():
+    _fn.__module__, _fn.__qualname__ = __name__, _name
+
+DistributedOptimizer = _api["DistributedOptimizer"]
+PartialDistributedOptimizer = _api["PartialDistributedOptimizer"]
+broadcast_global_variables = _api["broadcast_global_variables"]
+allreduce = _api["allreduce"]
+allgather = _api["allgather"]
+broadcast = _api["broadcast"]
+reducescatter = _api["reducescatter"]
+load_model = _api["load_model"]
+
+from horovod.tensorflow.keras import callbacks  # noqa: E402,F401  (needs `keras` above)
+
+del _name, _fn, _api

@@ -1,0 +1,22 @@
+# tensorflow/keras/callbacks.py - Horovod's Keras callbacks for tf.keras
+# (Keras 3 or tf-keras); the classes are made in horovod._keras.callbacks.
+"""Horovod's Keras callbacks (``horovod.tensorflow.keras.callbacks``)."""
+
+import tensorflow as tf
+
+import horovod._keras.callbacks as _impl
+
+_keras = tf.keras
+
+_classes = _impl.make_callback_classes(_keras)
+for _name, _cls in _classes.items():
+    # importable (and picklable) under this module's name
+    _cls.__module__, _cls.__qualname__ = __name__, _name
+
+BroadcastGlobalVariablesCallback = _classes["BroadcastGlobalVariablesCallback"]
+MetricAverageCallback = _classes["MetricAverageCallback"]
+LearningRateScheduleCallback = _classes["LearningRateScheduleCallback"]
+LearningRateWarmupCallback = _classes["LearningRateWarmupCallback"]
+BestModelCheckpoint = _classes["BestModelCheckpoint"]
+
+del _name, _cls, _classes
