@@ -84,6 +84,12 @@ def main():
     n_params = sum(p.numel() for p in hvd_model.parameters())
     hvd_opt = hvd.DistributedOptimizer(torch.optim.SGD(hvd_model.parameters(), lr=0.01),
                                        named_parameters=hvd_model.named_parameters())
+    # Horovod's own default: every gradient reduced on its own (no buckets).
+    tensor_model = build_model(torch, args)
+    os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = "0"
+    tensor_opt = hvd.DistributedOptimizer(torch.optim.SGD(tensor_model.parameters(), lr=0.01),
+                                          named_parameters=tensor_model.named_parameters())
+    del os.environ["HOROVOD_GRADIENT_BUCKET_MB"]
     grp_model = build_model(torch, args)
     grp_opt = hvd.DistributedOptimizer(torch.optim.SGD(grp_model.parameters(), lr=0.01),
                                        named_parameters=grp_model.named_parameters(), groups=args.groups or None)
@@ -106,15 +112,17 @@ def main():
         return (time.perf_counter() - t0) / args.steps
 
     # Interleaved rounds so that machine noise hits both methods alike.
-    hvd_times, grp_times, ddp_times = [], [], []
+    hvd_times, tensor_times, grp_times, ddp_times = [], [], [], []
     for _ in range(args.rounds):
         hvd_times.append(timed(hvd_model, hvd_opt))
+        tensor_times.append(timed(tensor_model, tensor_opt))
         if args.groups:
             grp_times.append(timed(grp_model, grp_opt))
         ddp_times.append(timed(ddp_model, ddp_opt))
 
     # Same start, same data, same averaged gradients: the two must agree.
-    diff = max((a - b).abs().max().item() for a, b in zip(hvd_model.parameters(), ddp_model.module.parameters()))
+    diff = max((a - b).abs().max().item() for m in (hvd_model, tensor_model)
+               for a, b in zip(m.parameters(), ddp_model.module.parameters()))
     if args.groups:
         diff = max(diff, max((a - b).abs().max().item()
                              for a, b in zip(grp_model.parameters(), ddp_model.module.parameters())))
@@ -145,6 +153,9 @@ def main():
         print("|---|---|---|---|")
         print("| training step, median of %d rounds x %d steps (ms) | %.2f | %.2f | %.2f |"
               % (args.rounds, args.steps, h, d, h / d))
+        tm = statistics.median(tensor_times) * 1e3
+        print("| training step, per-tensor allreduces (HOROVOD_GRADIENT_BUCKET_MB=0) (ms) | %.2f | %.2f | %.2f |"
+              % (tm, d, tm / d))
         if args.groups:
             gm = statistics.median(grp_times) * 1e3
             print("| training step, DistributedOptimizer(groups=%d) (ms) | %.2f | %.2f | %.2f |"

@@ -230,6 +230,46 @@ for as_dense in (True, False):
     opt.zero_grad()
 done.append("sparse")
 
+# 8b. gradient buckets (the default without groups): a sparse gradient leaves
+# its bucket, dense ones are reduced in buckets, and the result equals
+# per-tensor reduction (HOROVOD_GRADIENT_BUCKET_MB=0, Horovod's behaviour)
+class Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 3, sparse=True)
+        self.fc1 = torch.nn.Linear(3, 4)
+        self.fc2 = torch.nn.Linear(4, 2)
+    def forward(self, idx):
+        return self.fc2(torch.relu(self.fc1(self.emb(idx))))
+results = []
+for bucket_mb in (None, "0"):
+    if bucket_mb is not None:
+        os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = bucket_mb
+    torch.manual_seed(5)
+    mixed = Mixed()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(mixed.parameters(), lr=0.1),
+                                   named_parameters=mixed.named_parameters())
+    os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB", None)
+    for it in range(2):
+        idx = torch.tensor([rank % 10, (it + 3 * rank) % 10])
+        mixed(idx).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    buckets = sorted(len(g) for g in set(opt._p_to_group.values()))
+    results.append((buckets, [p.detach().clone() for p in mixed.parameters()]))
+# fc1/fc2 share a bucket; the embedding left it (one rank: no hooks, no buckets)
+assert results[0][0] == ([4] if size > 1 else []), results[0][0]
+assert results[1][0] == [], results[1][0]
+close(results[0][1], results[1][1])
+os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = "lots"
+try:
+    hvd.DistributedOptimizer(torch.optim.SGD(mixed.parameters(), lr=0.1))
+    raise RuntimeError("bad HOROVOD_GRADIENT_BUCKET_MB accepted")
+except ValueError as e:
+    assert "HOROVOD_GRADIENT_BUCKET_MB" in str(e)
+os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB")
+done.append("buckets")
+
 # 9. named_parameters validation; Adasum is refused clearly when it would be used
 model = make()
 named = list(model.named_parameters())
@@ -303,7 +343,7 @@ print(json.dumps(done))
 def test_distributed_optimizer(size):
     results = run_ok(size, OPTIMIZER_CHECKS, timeout=180, env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
     expected = {"average", "param_groups", "skip_synchronize", "backward_passes_per_step", "groups",
-                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "validation",
+                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "buckets", "validation",
                 "adam_identical", "channels_last"}
     if size > 1:
         expected.add("zero_grad_assertion")

@@ -35,6 +35,44 @@ _TOO_MANY_PASSES_MESSAGE = ("Gradients were computed more than "
                             "accumulate gradients locally.")
 
 
+# Without `groups`, gradients are reduced in buckets of about this many MiB,
+# formed statically from the parameters in reverse registration order (the
+# order backward produces them); 0 reduces every gradient on its own, as
+# Horovod does. Per-gradient requests cost a control round and a wake-up
+# each, which on few cores shows up as step time; buckets keep the overlap
+# with backward and pay once per bucket.
+BUCKET_ENV = "HOROVOD_GRADIENT_BUCKET_MB"
+DEFAULT_BUCKET_MB = 2.0
+
+
+def _bucket_bytes():
+    value = os.environ.get(BUCKET_ENV, "").strip()
+    if not value:
+        return int(DEFAULT_BUCKET_MB * 2 ** 20)
+    try:
+        mb = float(value)
+    except ValueError:
+        raise ValueError("%s=%r is not a number of MiB (0 disables gradient buckets)" % (BUCKET_ENV, value))
+    if mb < 0:
+        raise ValueError("%s=%r must be >= 0 (0 disables gradient buckets)" % (BUCKET_ENV, value))
+    return int(mb * 2 ** 20)
+
+
+def _buckets(params, limit):
+    """Consecutive buckets of `params` in reverse order, each up to `limit` bytes (at least one parameter)."""
+    out, current, used = [], [], 0
+    for p in reversed(params):
+        nbytes = p.numel() * p.element_size()
+        if current and used + nbytes > limit:
+            out.append(current)
+            current, used = [], 0
+        current.append(p)
+        used += nbytes
+    if current:
+        out.append(current)
+    return out
+
+
 def _split_list(items, n):
     # Contiguous, nearly equal chunks (the first ones one longer), so that
     # parameters that finish backward close together share a group.
@@ -102,6 +140,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise ValueError("groups should be a non-negative integer or "
                                  "a list of list of torch.Tensor.")
         self._groups = groups
+        self._bucket_bytes = _bucket_bytes() if groups is None else 0
+        self._auto_groups = set()  # buckets made here (not by the user): sparse gradients leave them
 
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
@@ -140,11 +180,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p_groups += [[p] for p in p_list if id(p) not in grouped]
             else:
                 p_groups = _split_list(p_list, self._groups)
-            for group in p_groups:
-                group = tuple(group)
-                for p in group:
-                    self._p_to_group[p] = group
-                self._group_ready[group] = 0
+        elif self._bucket_bytes > 0 and len(p_list) > 1:
+            # A bucket of one (a gradient above the limit) stays a plain allreduce.
+            p_groups = [g for g in _buckets(p_list, self._bucket_bytes) if len(g) > 1]
+            self._auto_groups = {tuple(g) for g in p_groups}
+        else:
+            p_groups = []
+        for group in p_groups:
+            group = tuple(group)
+            for p in group:
+                self._p_to_group[p] = group
+            self._group_ready[group] = 0
         for p in p_list:
             self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
 
@@ -158,6 +204,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = (None, None)
                 return
             group = self._p_to_group.get(p)
+            if group is not None and group in self._auto_groups and p.grad.is_sparse:
+                group = self._leave_bucket(p, group)
             if group is None:
                 self._handles[p] = self._allreduce_grad_async(p)
                 return
@@ -167,6 +215,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 self._handles[p] = (None, None)
         return hook
+
+    def _leave_bucket(self, p, group):
+        # Sparse gradients cannot be grouped: p is reduced on its own from now
+        # on. Every rank runs the same model, so all make the same change.
+        rest = tuple(q for q in group if q is not p)
+        ready = self._group_ready.pop(group)
+        self._auto_groups.discard(group)
+        del self._p_to_group[p]
+        if rest:
+            self._auto_groups.add(rest)
+            self._group_ready[rest] = ready
+            for q in rest:
+                self._p_to_group[q] = rest
+            if ready == len(rest):
+                self._submit_group(rest)
+        return None
 
     # -- communication --------------------------------------------------------
 
