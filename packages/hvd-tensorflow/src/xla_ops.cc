@@ -1,8 +1,9 @@
 // xla_ops.cc - Horovod collectives inside XLA programs
 // (tf.function(jit_compile=True)) on the CPU: tf2xla kernels that lower
 // HorovodAllreduce, HorovodAllgather, HorovodBroadcast, HorovodReducescatter
-// and their grouped forms to typed-FFI custom calls, and the XLA FFI handlers
-// ("Host" platform) that run those custom calls through hvd-core's C ABI.
+// (and their grouped forms), HorovodAlltoall and HorovodJoin to typed-FFI
+// custom calls, and the XLA FFI handlers ("Host" platform) that run those
+// custom calls through hvd-core's C ABI.
 //
 // The op definitions belong to libhvd_tensorflow.so, which mpi_ops loads
 // before this library; this file registers only XLA kernels and handlers.
@@ -16,15 +17,18 @@
 // waits for it on the XLA thread, writing straight into XLA's result buffers.
 //
 // Result shapes must be static. Reducescatter's block is computable locally.
-// Allgather's first dimension depends on the other ranks, so its kernel
-// exchanges first dimensions through the engine while compiling (every rank
-// compiles the same function at its first call with new input shapes), and
-// the handler refuses a negotiated result of any other shape at run time.
+// Allgather's and alltoall's first dimensions depend on the other ranks, so
+// their kernels exchange first dimensions (alltoall: splits) through the
+// engine while compiling (every rank compiles the same function at its first
+// call with new input shapes), and the handlers refuse a negotiated result of
+// any other shape at run time. Alltoall's splits must therefore be known at
+// compile time; its received_splits output becomes a constant.
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,6 +61,8 @@ constexpr char kAllreduceTarget[] = "hvd_allreduce";
 constexpr char kReducescatterTarget[] = "hvd_reducescatter";
 constexpr char kAllgatherTarget[] = "hvd_allgather";
 constexpr char kBroadcastTarget[] = "hvd_broadcast";
+constexpr char kAlltoallTarget[] = "hvd_alltoall";
+constexpr char kJoinTarget[] = "hvd_join";
 
 // ---------------------------------------------------------------------------
 // Engine access
@@ -153,15 +159,29 @@ struct DLView {
   }
 };
 
+// What a completed collective reports besides its tensors, copied out of the
+// handle before it is released (the engine's arrays die with it).
+struct Outcome {
+  int32_t last_joined_rank = -1;          // join
+  std::vector<int64_t> received_splits;  // alltoall (tensor 0)
+};
+
 // Enqueues `args` and waits for it on this thread (which then drives the
 // engine itself: HVD_ENQUEUE_CALLER_WAITS).
-absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args) {
+absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args, Outcome* outcome = nullptr) {
   args->struct_size = HVD_ENQUEUE_ARGS_STRUCT_SIZE;
   args->flags |= HVD_ENQUEUE_CALLER_WAITS;
   hvd_handle* raw = nullptr;
   if (ErrorPtr e{hvd_enqueue(args, &raw)}) return ToStatus(op_type, e.get());
   HandlePtr handle(raw);
   if (ErrorPtr e{hvd_handle_wait(handle.get(), -1.0)}) return ToStatus(op_type, e.get());
+  if (outcome != nullptr) {
+    hvd_result r{};
+    r.struct_size = HVD_RESULT_STRUCT_SIZE;
+    if (ErrorPtr e{hvd_handle_get_result(handle.get(), &r)}) return ToStatus(op_type, e.get());
+    outcome->last_joined_rank = r.last_joined_rank;
+    outcome->received_splits.assign(r.received_splits, r.received_splits + r.num_received_splits);
+  }
   return absl::OkStatus();
 }
 
@@ -186,7 +206,7 @@ std::string MemberName(std::string_view name, size_t i, size_t count) {
 }
 
 // Where the engine puts results whose shape it negotiates (allgather,
-// reducescatter): straight into XLA's result buffers, whose shapes were
+// alltoall, reducescatter): straight into XLA's result buffers, whose shapes were
 // fixed at compile time. If the negotiated shape differs (a rank changed a
 // first dimension and recompiled while another reused its program), the
 // allocation is refused and the call fails instead of writing past a buffer.
@@ -224,6 +244,10 @@ struct CollectiveAttrs {
   double postscale = 1.0;
   int32_t root_rank = 0;
   int32_t process_set_id = 0;
+  // Alltoall: rows sent to each rank, and the rows from each rank that the
+  // program was compiled for.
+  ffi::Span<const int64_t> splits;
+  ffi::Span<const int64_t> received_splits;
 };
 
 // Runs one (possibly grouped) collective over the custom call's operands and
@@ -234,7 +258,8 @@ ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::
     return ffi::Error::InvalidArgument(
         absl::StrCat(a.op_type, ": ", n, " operands but ", outs.size(), " results"));
   }
-  const bool engine_allocates = a.collective == HVD_ALLGATHER || a.collective == HVD_REDUCESCATTER;
+  const bool alltoall = a.collective == HVD_ALLTOALL;
+  const bool engine_allocates = alltoall || a.collective == HVD_ALLGATHER || a.collective == HVD_REDUCESCATTER;
   std::vector<DLView> src(n), dst(n);
   std::vector<std::string> names(n);
   std::vector<hvd_tensor_args> tensors(n);
@@ -248,6 +273,10 @@ ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::
     if (auto s = dst[i].Init(**out, a.op_type); !s.ok()) return ToFfiError(s);
     names[i] = MemberName(a.name, i, n);
     tensors[i] = TensorArgs(&src[i].tensor, engine_allocates ? nullptr : &dst[i].tensor, names[i]);
+    if (alltoall) {
+      tensors[i].splits = a.splits.begin();
+      tensors[i].num_splits = a.splits.size();
+    }
     targets.targets.push_back({dst[i].tensor.data, dst[i].shape});
   }
   hvd_enqueue_args args{};
@@ -263,10 +292,21 @@ ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::
     args.alloc = &AllocIntoTargets;
     args.alloc_ctx = &targets;
   }
-  absl::Status s = EnqueueAndWait(a.op_type, &args);
+  Outcome outcome;
+  absl::Status s = EnqueueAndWait(a.op_type, &args, alltoall ? &outcome : nullptr);
   if (!targets.mismatch.empty()) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       absl::StrCat(a.op_type, ": '", a.name, "': ", targets.mismatch));
+  }
+  // received_splits is a compile-time constant of the program: rows may add
+  // up to the compiled total and still come from other ranks than compiled.
+  if (s.ok() && alltoall &&
+      outcome.received_splits != std::vector<int64_t>(a.received_splits.begin(), a.received_splits.end())) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      absl::StrCat(a.op_type, ": '", a.name, "': received splits [",
+                                   absl::StrJoin(outcome.received_splits, ","),
+                                   "] but this XLA program was compiled for [", absl::StrJoin(a.received_splits, ","),
+                                   "]: a rank changed its splits without every rank recompiling"));
   }
   return ToFfiError(s);
 }
@@ -320,6 +360,32 @@ ffi::Error BroadcastImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::s
   return RunCollective(a, ins, outs);
 }
 
+ffi::Error AlltoallImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
+                        std::string_view name, int32_t process_set_id, ffi::Span<const int64_t> splits,
+                        ffi::Span<const int64_t> received_splits) {
+  CollectiveAttrs a;
+  a.op_type = op_type;
+  a.name = name;
+  a.collective = HVD_ALLTOALL;
+  a.process_set_id = process_set_id;
+  a.splits = splits;
+  a.received_splits = received_splits;
+  return RunCollective(a, ins, outs);
+}
+
+// Join carries no tensor (the engine names it); its one result is the last
+// rank to join.
+ffi::Error JoinImpl(ffi::ResultBufferR0<ffi::DataType::S32> out, std::string_view op_type, std::string_view,
+                    int32_t process_set_id) {
+  hvd_enqueue_args args{};
+  args.collective = HVD_JOIN;
+  args.process_set_id = process_set_id;
+  Outcome outcome;
+  if (auto s = EnqueueAndWait(op_type, &args, &outcome); !s.ok()) return ToFfiError(s);
+  *out->typed_data() = outcome.last_joined_rank;
+  return ffi::Error::Success();
+}
+
 XLA_FFI_DEFINE_HANDLER(kAllreduceHandler, AllreduceImpl,
                        ffi::Ffi::Bind()
                            .RemainingArgs()
@@ -359,10 +425,29 @@ XLA_FFI_DEFINE_HANDLER(kBroadcastHandler, BroadcastImpl,
                            .Attr<int32_t>("root_rank")
                            .Attr<int32_t>("process_set_id"));
 
+XLA_FFI_DEFINE_HANDLER(kAlltoallHandler, AlltoallImpl,
+                       ffi::Ffi::Bind()
+                           .RemainingArgs()
+                           .RemainingRets()
+                           .Attr<std::string_view>("op_type")
+                           .Attr<std::string_view>("name")
+                           .Attr<int32_t>("process_set_id")
+                           .Attr<ffi::Span<const int64_t>>("splits")
+                           .Attr<ffi::Span<const int64_t>>("received_splits"));
+
+XLA_FFI_DEFINE_HANDLER(kJoinHandler, JoinImpl,
+                       ffi::Ffi::Bind()
+                           .Ret<ffi::BufferR0<ffi::DataType::S32>>()
+                           .Attr<std::string_view>("op_type")
+                           .Attr<std::string_view>("name")
+                           .Attr<int32_t>("process_set_id"));
+
 XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "Host", kAllreduceHandler);
 XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "Host", kReducescatterHandler);
 XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "Host", kAllgatherHandler);
 XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "Host", kBroadcastHandler);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "Host", kAlltoallHandler);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "Host", kJoinHandler);
 
 // ---------------------------------------------------------------------------
 // tf2xla kernels (compile time)
@@ -391,6 +476,10 @@ std::string MlirString(std::string_view s) {
 // %e always carries an exponent, so MLIR reads it as a float literal.
 std::string MlirF64(double v) { return absl::StrFormat("%.17e : f64", v); }
 std::string MlirI32(int64_t v) { return absl::StrCat(v, " : i32"); }
+// A dense array, which the handlers read as a Span ("array<i64>" when empty).
+std::string MlirI64Array(const std::vector<int64_t>& v) {
+  return v.empty() ? "array<i64>" : absl::StrCat("array<i64: ", absl::StrJoin(v, ", "), ">");
+}
 
 absl::Status ProcessSetInfo(std::string_view op_type, int64_t process_set_id, hvd_process_set_info* info) {
   *info = hvd_process_set_info{};
@@ -404,41 +493,70 @@ absl::Status ProcessSetInfo(std::string_view op_type, int64_t process_set_id, hv
   return absl::OkStatus();
 }
 
-// Base of the kernels: one custom call per node, over all of the node's
-// inputs (one for HorovodAllreduce, num_tensors for the grouped ops), with
-// one result per output.
+// What each rank contributes per tensor to a compile-time exchange ends with
+// this marker: see HorovodXlaOp::ExchangeRows.
+constexpr int64_t kShapeExchangeMarker = 0x6876642d786c61;  // "hvd-xla"
+
+// Elements per first-dimension row.
+int64_t RowElements(const xla::Shape& s) {
+  int64_t n = 1;
+  for (size_t d = 1; d < s.dimensions().size(); ++d) n *= s.dimensions(d);
+  return n;
+}
+
+// Base of the kernels: one custom call per node. By default its operands are
+// all of the node's inputs (one for HorovodAllreduce, num_tensors for the
+// grouped ops) and it has one result per output.
 class HorovodXlaOp : public XlaOpKernel {
  public:
   HorovodXlaOp(OpKernelConstruction* c, const char* target) : XlaOpKernel(c), target_(target) {
-    OP_REQUIRES_OK(c, c->GetAttr("ignore_name_scope", &ignore_name_scope_));
-    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+    // HorovodJoin has neither attribute and keeps the defaults.
+    if (c->HasAttr("ignore_name_scope")) OP_REQUIRES_OK(c, c->GetAttr("ignore_name_scope", &ignore_name_scope_));
+    if (c->HasAttr("process_set_id")) OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    std::vector<xla::XlaOp> operands;
-    std::vector<xla::Shape> shapes;
-    for (int i = 0; i < ctx->num_inputs(); ++i) {
-      auto shape = ctx->InputXlaShape(i);
-      OP_REQUIRES_OK(ctx, shape.status());
-      operands.push_back(ctx->Input(i));
-      shapes.push_back(*shape);
-    }
-    std::vector<xla::Shape> results;
-    OP_REQUIRES_OK(ctx, ResultShapes(shapes, &results));
+    Lowering l;
+    OP_REQUIRES_OK(ctx, Lower(ctx, &l));
     const std::string attrs =
         absl::StrCat("{op_type = ", MlirString(type_string()), ", name = ", MlirString(TensorName()),
-                     ", process_set_id = ", MlirI32(process_set_id_), ExtraAttributes(), "}");
-    const bool grouped = ctx->num_outputs() != 1 || type_string().find("Grouped") != std::string::npos;
-    xla::Shape result_shape = grouped ? xla::ShapeUtil::MakeTupleShape(results) : results[0];
-    xla::XlaOp call = EmitCustomCall(ctx->builder(), operands, shapes, result_shape, attrs);
+                     ", process_set_id = ", MlirI32(process_set_id_), l.attributes, "}");
+    const bool grouped = l.results.size() != 1 || type_string().find("Grouped") != std::string::npos;
+    xla::Shape result_shape = grouped ? xla::ShapeUtil::MakeTupleShape(l.results) : l.results[0];
+    xla::XlaOp call = EmitCustomCall(ctx->builder(), l.operands, l.operand_shapes, result_shape, attrs);
     if (!grouped) {
       ctx->SetOutput(0, call);
       return;
     }
-    for (int i = 0; i < ctx->num_outputs(); ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+    for (size_t i = 0; i < l.results.size(); ++i) ctx->SetOutput(static_cast<int>(i), xla::GetTupleElement(call, i));
   }
 
  protected:
+  // The custom call, less the attributes every one carries.
+  struct Lowering {
+    std::vector<xla::XlaOp> operands;
+    std::vector<xla::Shape> operand_shapes;
+    std::vector<xla::Shape> results;  // the node's first results.size() outputs
+    std::string attributes;           // ", key = value" pairs
+  };
+
+  // Every input becomes an operand; ResultShapes and ExtraAttributes say the
+  // rest. Alltoall overrides this: its splits are attributes, not operands.
+  virtual absl::Status Lower(XlaOpKernelContext* ctx, Lowering* l) {
+    for (int i = 0; i < ctx->num_inputs(); ++i) TF_RETURN_IF_ERROR(AddOperand(ctx, i, l));
+    TF_RETURN_IF_ERROR(ResultShapes(l->operand_shapes, &l->results));
+    l->attributes = ExtraAttributes();
+    return absl::OkStatus();
+  }
+
+  static absl::Status AddOperand(XlaOpKernelContext* ctx, int input, Lowering* l) {
+    auto shape = ctx->InputXlaShape(input);
+    TF_RETURN_IF_ERROR(shape.status());
+    l->operands.push_back(ctx->Input(input));
+    l->operand_shapes.push_back(*shape);
+    return absl::OkStatus();
+  }
+
   // The result shapes XLA must know now (the input shapes, unless the
   // collective changes the first dimension).
   virtual absl::Status ResultShapes(const std::vector<xla::Shape>& inputs, std::vector<xla::Shape>* results) {
@@ -458,6 +576,77 @@ class HorovodXlaOp : public XlaOpKernel {
       if (slash != std::string_view::npos) n = n.substr(slash + 1);
     }
     return std::string(n);
+  }
+
+  static constexpr char kEveryRankCompiles[] =
+      "every rank of the process set must compile the function at the same call (input shapes and alltoall "
+      "splits changing on all ranks together)";
+
+  // Tells every rank of the process set what each rank knows while compiling
+  // (first dimensions, splits): an engine allgather of one int64 row per
+  // tensor, mine[i] with kShapeExchangeMarker appended; (*rows)[i] receives
+  // the ranks' rows back to back. Every rank compiles the function at the
+  // same call (same graph, inputs changing together), so this completes. It
+  // runs under the tensors' own names, so a rank that recompiles while another
+  // runs its cached program meets that rank's real collective of the same
+  // name and both fail (int64 [1, width] against the real tensor) instead of
+  // waiting on each other forever; the marker catches a user int64
+  // [k, width] allgather that would match.
+  absl::Status ExchangeRows(std::vector<std::vector<int64_t>> mine, size_t ranks,
+                            std::vector<std::vector<int64_t>>* rows) const {
+    const std::string op_type = type_string();
+    const std::string name = TensorName();
+    const size_t n = mine.size();
+    for (auto& m : mine) m.push_back(kShapeExchangeMarker);
+    if (ranks == 1) {
+      *rows = std::move(mine);
+      return absl::OkStatus();
+    }
+    rows->assign(n, {});
+    std::vector<std::array<int64_t, 2>> row_shapes(n);
+    std::vector<DLTensor> ins(n);
+    std::vector<std::string> names(n);
+    std::vector<hvd_tensor_args> tensors(n);
+    ResultTargets targets;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t width = static_cast<int64_t>(mine[i].size());
+      row_shapes[i] = {1, width};
+      (*rows)[i].assign(ranks * mine[i].size(), -1);
+      ins[i] = DLTensor{};
+      ins[i].data = mine[i].data();
+      ins[i].device = DLDevice{kDLCPU, 0};
+      ins[i].ndim = 2;
+      ins[i].dtype = DLDataType{kDLInt, 64, 1};
+      ins[i].shape = row_shapes[i].data();
+      names[i] = MemberName(name, i, n);
+      tensors[i] = TensorArgs(&ins[i], nullptr, names[i]);
+      targets.targets.push_back({(*rows)[i].data(), {static_cast<int64_t>(ranks), width}});
+    }
+    hvd_enqueue_args args{};
+    args.collective = HVD_ALLGATHER;
+    args.process_set_id = static_cast<int32_t>(process_set_id_);
+    args.tensors = tensors.data();
+    args.num_tensors = n;
+    args.alloc = &AllocIntoTargets;
+    args.alloc_ctx = &targets;
+    absl::Status s = EnqueueAndWait(op_type, &args);
+    const std::string what = absl::StrCat(op_type, ": while compiling '", name,
+                                          "' for XLA, the ranks' shapes could not be exchanged (",
+                                          kEveryRankCompiles, ")");
+    if (!targets.mismatch.empty()) return absl::FailedPreconditionError(absl::StrCat(what, "; ", targets.mismatch));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, "; ", s.message()));
+    for (size_t i = 0; i < n; ++i) {
+      const size_t width = mine[i].size();
+      for (size_t r = 0; r < ranks; ++r) {
+        if ((*rows)[i][r * width + width - 1] != kShapeExchangeMarker) {
+          return absl::FailedPreconditionError(absl::StrCat(op_type, ": while compiling '", name,
+                                                            "' for XLA, rank ", r,
+                                                            " did not take part in the shape exchange: ",
+                                                            kEveryRankCompiles));
+        }
+      }
+    }
+    return absl::OkStatus();
   }
 
   int64_t process_set_id_ = 0;
@@ -555,19 +744,10 @@ class BroadcastXlaOp : public HorovodXlaOp {
   int64_t root_rank_ = 0;
 };
 
-// What each rank contributes per tensor to the compile-time shape exchange:
-// one row {first dimension, elements per row, marker}. The exchange runs under
-// the tensors' own names, so a rank that recompiles while another runs its
-// cached program meets that rank's real allgather of the same name and both
-// fail (int64 [1, 3] against the real tensor) instead of waiting on each other
-// forever; the marker catches a user int64 [k, 3] tensor that would match.
-constexpr int64_t kShapeExchangeMarker = 0x6876642d786c61;  // "hvd-xla"
-
 // HorovodAllgather and HorovodGroupedAllgather: the result's first dimension
 // is the sum of every rank's, which XLA must know now, so the kernel asks the
-// other ranks while compiling. Every rank of the process set compiles the
-// function at the same call (same graph, input shapes changing together), so
-// the synchronous engine allgather below completes.
+// other ranks while compiling (ExchangeRows: {first dimension, elements per
+// row} per tensor).
 class AllgatherXlaOp : public HorovodXlaOp {
  public:
   explicit AllgatherXlaOp(OpKernelConstruction* c) : HorovodXlaOp(c, kAllgatherTarget) {}
@@ -585,19 +765,12 @@ class AllgatherXlaOp : public HorovodXlaOp {
     hvd_process_set_info info;
     TF_RETURN_IF_ERROR(ProcessSetInfo(op_type, process_set_id_, &info));
     const size_t n = inputs.size();
-    std::vector<int64_t> row_elements(n, 1);
-    for (size_t i = 0; i < n; ++i) {
-      for (size_t d = 1; d < inputs[i].dimensions().size(); ++d) row_elements[i] *= inputs[i].dimensions(d);
-    }
-
-    // rows[i][r] = {first dim, row elements, marker} of rank r for tensor i.
+    std::vector<std::vector<int64_t>> mine(n);
+    for (size_t i = 0; i < n; ++i) mine[i] = {inputs[i].dimensions(0), RowElements(inputs[i])};
+    // rows[i][r * 3 ...] = {first dim, row elements, marker} of rank r for tensor i.
     const size_t ranks = static_cast<size_t>(info.size);
-    std::vector<std::vector<int64_t>> rows(n, std::vector<int64_t>(ranks * 3, -1));
-    if (ranks == 1) {
-      for (size_t i = 0; i < n; ++i) rows[i] = {inputs[i].dimensions(0), row_elements[i], kShapeExchangeMarker};
-    } else {
-      TF_RETURN_IF_ERROR(Exchange(inputs, row_elements, ranks, &rows));
-    }
+    std::vector<std::vector<int64_t>> rows;
+    TF_RETURN_IF_ERROR(ExchangeRows(mine, ranks, &rows));
 
     results->clear();
     for (size_t i = 0; i < n; ++i) {
@@ -605,15 +778,10 @@ class AllgatherXlaOp : public HorovodXlaOp {
       dims[0] = 0;
       for (size_t r = 0; r < ranks; ++r) {
         const int64_t* row = &rows[i][r * 3];
-        if (row[2] != kShapeExchangeMarker) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              op_type, ": while compiling '", name, "' for XLA, rank ", r,
-              " did not take part in the shape exchange: ", kEveryRankCompiles));
-        }
-        if (row[1] != row_elements[i]) {
+        if (row[1] != mine[i][1]) {
           return absl::FailedPreconditionError(absl::StrCat(
               op_type, ": ranks disagree on the shape of '", MemberName(name, i, n),
-              "' beyond the first dimension: rank ", info.rank, " has ", row_elements[i],
+              "' beyond the first dimension: rank ", info.rank, " has ", mine[i][1],
               " elements per row, rank ", r, " has ", row[1]));
         }
         dims[0] += row[0];
@@ -622,48 +790,104 @@ class AllgatherXlaOp : public HorovodXlaOp {
     }
     return absl::OkStatus();
   }
+};
 
- private:
-  static constexpr char kEveryRankCompiles[] =
-      "every rank of the process set must compile the function at the same call (allgather input shapes "
-      "changing on all ranks together)";
+// HorovodAlltoall: how many rows this rank receives from each rank is set by
+// the other ranks' splits, so the splits must be compile-time constants (a
+// Python list, a constant, splits=None, or an argument of the function, for
+// which XLA compiles once per value) and the kernel exchanges them while
+// compiling. received_splits becomes a constant of the program: the handler
+// checks at run time that the engine's agree, and a constant lets the
+// gradient (an alltoall with splits=received_splits) compile too.
+class AlltoallXlaOp : public HorovodXlaOp {
+ public:
+  explicit AlltoallXlaOp(OpKernelConstruction* c) : HorovodXlaOp(c, kAlltoallTarget) {}
 
-  absl::Status Exchange(const std::vector<xla::Shape>& inputs, const std::vector<int64_t>& row_elements,
-                        size_t ranks, std::vector<std::vector<int64_t>>* rows) {
+ protected:
+  absl::Status Lower(XlaOpKernelContext* ctx, Lowering* l) override {
     const std::string op_type = type_string();
     const std::string name = TensorName();
-    const size_t n = inputs.size();
-    std::vector<std::array<int64_t, 3>> mine(n);
-    int64_t row_shape[2] = {1, 3};
-    std::vector<DLTensor> ins(n);
-    std::vector<std::string> names(n);
-    std::vector<hvd_tensor_args> tensors(n);
-    ResultTargets targets;
-    for (size_t i = 0; i < n; ++i) {
-      mine[i] = {inputs[i].dimensions(0), row_elements[i], kShapeExchangeMarker};
-      ins[i] = DLTensor{};
-      ins[i].data = mine[i].data();
-      ins[i].device = DLDevice{kDLCPU, 0};
-      ins[i].ndim = 2;
-      ins[i].dtype = DLDataType{kDLInt, 64, 1};
-      ins[i].shape = row_shape;
-      names[i] = MemberName(name, i, n);
-      tensors[i] = TensorArgs(&ins[i], nullptr, names[i]);
-      targets.targets.push_back({(*rows)[i].data(), {static_cast<int64_t>(ranks), 3}});
+    TF_RETURN_IF_ERROR(AddOperand(ctx, 0, l));
+    const xla::Shape& in = l->operand_shapes[0];
+    if (in.dimensions().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op_type, ": '", name, "' must have at least one dimension, got a scalar"));
     }
-    hvd_enqueue_args args{};
-    args.collective = HVD_ALLGATHER;
-    args.process_set_id = static_cast<int32_t>(process_set_id_);
-    args.tensors = tensors.data();
-    args.num_tensors = n;
-    args.alloc = &AllocIntoTargets;
-    args.alloc_ctx = &targets;
-    absl::Status s = EnqueueAndWait(op_type, &args);
-    const std::string what = absl::StrCat(op_type, ": while compiling '", name,
-                                          "' for XLA, the ranks' first dimensions could not be exchanged (",
-                                          kEveryRankCompiles, ")");
-    if (!targets.mismatch.empty()) return absl::FailedPreconditionError(absl::StrCat(what, "; ", targets.mismatch));
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, "; ", s.message()));
+    std::vector<int64_t> splits;
+    if (absl::Status s = ctx->ConstantInputAsIntVector(1, &splits); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op_type, ": '", name, "': under XLA (jit_compile=True) splits must be a compile-time constant ",
+          "(a Python list, a constant, None or an argument of the function), because they fix the shape of ",
+          "the result; ", s.message()));
+    }
+    hvd_process_set_info info;
+    TF_RETURN_IF_ERROR(ProcessSetInfo(op_type, process_set_id_, &info));
+    const int64_t ranks = info.size;
+    const int64_t rows = in.dimensions(0);
+
+    // Splits this rank cannot send must fail every rank's compilation, not
+    // only this one's: the others would wait in the exchange. So the row
+    // {splits..., elements per row, valid} is exchanged either way.
+    std::string invalid;
+    if (splits.empty()) {
+      if (rows % ranks != 0) {
+        invalid = absl::StrCat("without splits, the first dimension (", rows,
+                               ") must divide evenly by the number of ranks (", ranks, ")");
+      } else {
+        splits.assign(static_cast<size_t>(ranks), rows / ranks);
+      }
+    } else if (static_cast<int64_t>(splits.size()) != ranks) {
+      invalid = absl::StrCat("splits has ", splits.size(), " entries, but the process set has ", ranks, " ranks");
+    } else if (std::any_of(splits.begin(), splits.end(), [](int64_t v) { return v < 0; })) {
+      invalid = "splits must not be negative";
+    } else if (int64_t sum = std::accumulate(splits.begin(), splits.end(), int64_t{0}); sum != rows) {
+      invalid = absl::StrCat("splits add up to ", sum, " but the first dimension is ", rows);
+    }
+    std::vector<int64_t> mine(static_cast<size_t>(ranks), 0);
+    if (invalid.empty()) mine = splits;
+    mine.push_back(RowElements(in));
+    mine.push_back(invalid.empty() ? 1 : 0);
+    std::vector<std::vector<int64_t>> exchanged;
+    TF_RETURN_IF_ERROR(ExchangeRows({mine}, static_cast<size_t>(ranks), &exchanged));
+    if (!invalid.empty()) return absl::InvalidArgumentError(absl::StrCat(op_type, ": '", name, "': ", invalid));
+
+    const size_t width = static_cast<size_t>(ranks) + 3;
+    std::vector<int64_t> received(static_cast<size_t>(ranks));
+    for (int64_t r = 0; r < ranks; ++r) {
+      const int64_t* row = &exchanged[0][static_cast<size_t>(r) * width];
+      if (row[ranks + 1] == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(op_type, ": '", name, "': rank ", r, " passed invalid splits (see its error)"));
+      }
+      if (row[ranks] != mine[static_cast<size_t>(ranks)]) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            op_type, ": ranks disagree on the shape of '", name, "' beyond the first dimension: rank ", info.rank,
+            " has ", mine[static_cast<size_t>(ranks)], " elements per row, rank ", r, " has ", row[ranks]));
+      }
+      received[static_cast<size_t>(r)] = row[info.rank];
+    }
+    std::vector<int64_t> dims(in.dimensions().begin(), in.dimensions().end());
+    dims[0] = std::accumulate(received.begin(), received.end(), int64_t{0});
+    l->results = {xla::ShapeUtil::MakeShape(in.element_type(), dims)};
+    l->attributes = absl::StrCat(", splits = ", MlirI64Array(splits), ", received_splits = ", MlirI64Array(received));
+
+    tensorflow::Tensor received_splits(tensorflow::DT_INT32, tensorflow::TensorShape({ranks}));
+    for (int64_t r = 0; r < ranks; ++r) {
+      received_splits.vec<int32_t>()(r) = static_cast<int32_t>(received[static_cast<size_t>(r)]);
+    }
+    ctx->SetConstantOutput(1, received_splits);
+    return absl::OkStatus();
+  }
+};
+
+// HorovodJoin: no operand, an int32 scalar result (the last rank to join).
+class JoinXlaOp : public HorovodXlaOp {
+ public:
+  explicit JoinXlaOp(OpKernelConstruction* c) : HorovodXlaOp(c, kJoinTarget) {}
+
+ protected:
+  absl::Status ResultShapes(const std::vector<xla::Shape>&, std::vector<xla::Shape>* results) override {
+    *results = {xla::ShapeUtil::MakeShape(xla::S32, {})};
     return absl::OkStatus();
   }
 };
@@ -675,6 +899,10 @@ REGISTER_XLA_OP(Name("HorovodGroupedReducescatter"), ReducescatterXlaOp);
 REGISTER_XLA_OP(Name("HorovodAllgather"), AllgatherXlaOp);
 REGISTER_XLA_OP(Name("HorovodGroupedAllgather"), AllgatherXlaOp);
 REGISTER_XLA_OP(Name("HorovodBroadcast"), BroadcastXlaOp);
+// Constant splits let XLA compile an alltoall whose splits arrive as an
+// argument of the function (once per value), as it does for shapes.
+REGISTER_XLA_OP(Name("HorovodAlltoall").CompileTimeConstantInput("splits"), AlltoallXlaOp);
+REGISTER_XLA_OP(Name("HorovodJoin"), JoinXlaOp);
 
 }  // namespace
 }  // namespace hvd_tf_xla

@@ -129,6 +129,55 @@ report["reducescatter_equals_eager"] = (all(same(c, e) for c, e in zip(c_rs[:2],
                                         and all(same(c, e) for c, e in zip(c_rs[2], e_rs[2])))
 report["reducescatter_rows"] = c_rs[0].shape[0]
 
+# --- alltoall: explicit (uneven) splits, splits=None, splits as an argument --
+a2 = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3]) + 100 * rank
+a2b = tf.constant([rank == 0, True, False, rank == 1])
+sp = [1, 3] if rank == 0 else [2, 2]   # rank 0 receives 1 + 2 rows, rank 1 3 + 2
+
+def exchanges(a, b):
+    o1, r1 = hvd.alltoall(a, splits=sp, name="a2a.explicit")
+    o2, r2 = hvd.alltoall(b, name="a2a.even")
+    return o1, r1, o2, r2
+
+c_a2, e_a2 = jit(exchanges)(a2, a2b), exchanges(a2, a2b)
+report["alltoall_equals_eager"] = all(same(c, e) for c, e in zip(c_a2, e_a2))
+report["alltoall_received_splits"] = c_a2[1].numpy().tolist()
+report["alltoall_rows"] = np.asarray(c_a2[0])[:, 0].tolist()
+report["alltoall_hlo"] = jit(exchanges).experimental_get_compiler_ir(a2, a2b)(stage="hlo").count(
+    'custom_call_target="hvd_alltoall"')
+a2a_arg = jit(lambda a, s: hvd.alltoall(a, splits=s, name="a2a.arg"))
+report["alltoall_splits_argument"] = all(same(c, e) for c, e in zip(
+    a2a_arg(a2, tf.constant(sp)), hvd.alltoall(a2, splits=tf.constant(sp), name="a2a.arg")))
+v2 = tf.Variable(a2)
+
+def a2a_grad():
+    # received_splits is a constant of the program, so the gradient's alltoall
+    # (splits=received_splits) compiles too.
+    with tf.GradientTape() as tape:
+        o, _ = hvd.alltoall(v2 * v2, splits=sp, name="grad.a2a")
+        loss = tf.reduce_sum(o * tf.cast(tf.range(tf.shape(o)[0]) + 1, o.dtype)[:, None])
+    return tape.gradient(loss, v2)
+
+report["alltoall_gradient_equals_eager"] = same(jit(a2a_grad)(), a2a_grad())
+
+# --- join: rank 0 joins first and serves rank 1's allreduce with zeros -----
+def join_late(compiled):
+    ar, join = (lambda t: hvd._allreduce(t, name="join.ar", op=hvd.Sum)), hvd.join
+    if compiled:
+        ar, join = jit(ar), jit(join)
+    reduced = None
+    if rank == 1:
+        time.sleep(0.5)
+        reduced = ar(x32)
+    return reduced, int(join())
+
+c_j, e_j = join_late(True), join_late(False)
+report["join_last_rank"] = [c_j[1], e_j[1]]
+# Only rank 1 reduced: the joined rank 0 contributed zeros.
+report["join_allreduce_equals_eager"] = rank == 0 or (same(c_j[0], e_j[0]) and same(c_j[0], x32))
+report["join_hlo"] = 'custom_call_target="hvd_join"' in \
+    jit(hvd.join).experimental_get_compiler_ir()(stage="hlo")
+
 # --- names: ignore_name_scope lets ranks in different scopes match --------
 def scoped(a):
     with tf.name_scope("rank%d" % rank):
@@ -158,6 +207,24 @@ report["allgather_trailing_mismatch_error"] = err
 ag = jit(lambda a: hvd.allgather(a, name="stale.gather"))
 ag(tf.ones([1 + rank, 2]))
 report["stale_allgather_error"] = error_of(ag, tf.ones([4 if rank == 0 else 2, 2]))
+# Rank 1's splits do not add up to its first dimension: it fails compilation
+# with the engine's InvalidArgumentError, rank 0 (whose splits are fine) with
+# a FailedPreconditionError naming rank 1.
+report["alltoall_bad_splits_error"] = error_of(
+    jit(lambda a: hvd.alltoall(a, splits=[1, 3] if rank == 0 else [1, 1], name="bad.a2a")), a2)
+report["alltoall_trailing_mismatch_error"] = error_of(
+    jit(lambda a: hvd.alltoall(a, name="bad.a2a.rows")), tf.ones([2, 2 + rank]))
+# Splits from a stateful op are not known when compiling. (Splits computed
+# from arguments, variables or constants are: TensorFlow evaluates them and
+# XLA compiles once per value.)
+def dynamic_splits(a):
+    return hvd.alltoall(a, splits=tf.cast(tf.random.uniform([2], 2.0, 2.5), tf.int32), name="dyn.a2a")
+
+report["alltoall_dynamic_splits_error"] = error_of(jit(dynamic_splits), a2)
+# Rank 0 changes its splits and recompiles; rank 1 reuses its program.
+stale = jit(lambda a, s: hvd.alltoall(a, splits=s, name="stale.a2a"))
+stale(a2, tf.constant([2, 2]))
+report["stale_alltoall_error"] = error_of(stale, a2, tf.constant([1, 3] if rank == 0 else [2, 2]))
 report["errors_seconds"] = time.monotonic() - t0
 report["usable_after_errors"] = same(jit(lambda a: hvd._allreduce(a, name="after", op=hvd.Sum))(x32),
                                      x32 / (rank + 1) * 3)
@@ -213,6 +280,28 @@ def test_reducescatter_under_jit_equals_eager_with_uneven_split(reports):
     assert all(r["reducescatter_equals_eager"] for r in reports)
 
 
+def test_alltoall_under_jit_with_explicit_and_even_splits_equals_eager(reports):
+    for r in reports:
+        assert r["alltoall_equals_eager"]
+        assert r["alltoall_hlo"] == 2
+        assert r["alltoall_splits_argument"]
+    # rank 0 sends [1, 3] rows, rank 1 [2, 2]: rank 0 gets 1 + 2, rank 1 gets 3 + 2
+    assert [r["alltoall_received_splits"] for r in reports] == [[1, 2], [3, 2]]
+    assert reports[0]["alltoall_rows"] == [0.0, 100.0, 103.0]
+    assert reports[1]["alltoall_rows"] == [3.0, 6.0, 9.0, 106.0, 109.0]
+
+
+def test_alltoall_gradient_inside_the_xla_program_equals_eager(reports):
+    assert all(r["alltoall_gradient_equals_eager"] for r in reports)
+
+
+def test_join_under_jit_returns_the_last_rank_and_joined_ranks_contribute_zeros(reports):
+    for r in reports:
+        assert r["join_last_rank"] == [1, 1]
+        assert r["join_allreduce_equals_eager"]
+        assert r["join_hlo"]
+
+
 def test_ignore_name_scope_under_jit_matches_ranks_in_different_scopes(reports):
     assert all(r["ignore_name_scope"] for r in reports)
 
@@ -244,6 +333,34 @@ def test_allgather_with_stale_compiled_shape_raises_instead_of_hanging(reports):
         assert err["type"] == "FailedPreconditionError"
         assert "stale.gather" in err["message"]
         assert r["errors_seconds"] < 30
+
+
+def test_alltoall_invalid_splits_on_one_rank_fail_compilation_on_every_rank(reports):
+    bad, good = reports[1]["alltoall_bad_splits_error"], reports[0]["alltoall_bad_splits_error"]
+    assert bad is not None and bad["type"] == "InvalidArgumentError"
+    assert "splits add up to 2" in bad["message"]
+    assert good is not None and good["type"] == "FailedPreconditionError"
+    assert "bad.a2a" in good["message"] and "rank 1" in good["message"]
+    for r in reports:
+        err = r["alltoall_trailing_mismatch_error"]
+        assert err is not None and err["type"] == "FailedPreconditionError"
+        assert "bad.a2a.rows" in err["message"]
+
+
+def test_alltoall_splits_that_are_not_compile_time_constants_fail_with_a_clear_message(reports):
+    for r in reports:
+        err = r["alltoall_dynamic_splits_error"]
+        assert err is not None and err["type"] == "InvalidArgumentError"
+        assert err["message"].startswith("HorovodAlltoall: 'dyn.a2a': under XLA (jit_compile=True) splits must be "
+                                         "a compile-time constant")
+
+
+def test_alltoall_with_stale_compiled_splits_raises_instead_of_hanging(reports):
+    for r in reports:
+        err = r["stale_alltoall_error"]
+        assert err is not None
+        assert err["type"] == "FailedPreconditionError"
+        assert "stale.a2a" in err["message"]
 
 
 def test_engine_usable_after_jit_errors(reports):
