@@ -1,7 +1,8 @@
 // xla_ops.cc - Horovod collectives inside XLA programs
 // (tf.function(jit_compile=True)) on the CPU: tf2xla kernels that lower
 // HorovodAllreduce, HorovodAllgather, HorovodBroadcast, HorovodReducescatter
-// (and their grouped forms), HorovodAlltoall and HorovodJoin to typed-FFI
+// (and their grouped forms), HorovodBroadcastInplaceResource, HorovodAlltoall
+// and HorovodJoin to typed-FFI
 // custom calls, and the XLA FFI handlers ("Host" platform) that run those
 // custom calls through hvd-core's C ABI.
 //
@@ -524,11 +525,13 @@ class HorovodXlaOp : public XlaOpKernel {
     const bool grouped = l.results.size() != 1 || type_string().find("Grouped") != std::string::npos;
     xla::Shape result_shape = grouped ? xla::ShapeUtil::MakeTupleShape(l.results) : l.results[0];
     xla::XlaOp call = EmitCustomCall(ctx->builder(), l.operands, l.operand_shapes, result_shape, attrs);
+    std::vector<xla::XlaOp> values;
     if (!grouped) {
-      ctx->SetOutput(0, call);
-      return;
+      values.push_back(call);
+    } else {
+      for (size_t i = 0; i < l.results.size(); ++i) values.push_back(xla::GetTupleElement(call, i));
     }
-    for (size_t i = 0; i < l.results.size(); ++i) ctx->SetOutput(static_cast<int>(i), xla::GetTupleElement(call, i));
+    OP_REQUIRES_OK(ctx, Deliver(ctx, values));
   }
 
  protected:
@@ -549,11 +552,20 @@ class HorovodXlaOp : public XlaOpKernel {
     return absl::OkStatus();
   }
 
-  static absl::Status AddOperand(XlaOpKernelContext* ctx, int input, Lowering* l) {
+  // Input `input` as the next operand; the in-place broadcast's inputs are
+  // variables, whose values it sends instead.
+  virtual absl::Status AddOperand(XlaOpKernelContext* ctx, int input, Lowering* l) {
     auto shape = ctx->InputXlaShape(input);
     TF_RETURN_IF_ERROR(shape.status());
     l->operands.push_back(ctx->Input(input));
     l->operand_shapes.push_back(*shape);
+    return absl::OkStatus();
+  }
+
+  // The custom call's results become the node's outputs, in order; the
+  // in-place broadcast, which has none, writes them to its variables instead.
+  virtual absl::Status Deliver(XlaOpKernelContext* ctx, const std::vector<xla::XlaOp>& results) {
+    for (size_t i = 0; i < results.size(); ++i) ctx->SetOutput(static_cast<int>(i), results[i]);
     return absl::OkStatus();
   }
 
@@ -744,6 +756,42 @@ class BroadcastXlaOp : public HorovodXlaOp {
   int64_t root_rank_ = 0;
 };
 
+// HorovodBroadcastInplaceResource: an XLA program cannot write into a
+// variable's buffer while it runs, so the lowering reads every variable,
+// broadcasts the values with one hvd_broadcast custom call (one engine group:
+// "<name>_<i>" per variable when there are several, as the non-XLA kernel
+// names them) and assigns the results back, which TensorFlow stores into the
+// variables when the program finishes. Reading with T fails compilation on a
+// variable of another dtype, as the non-XLA kernel fails at run time.
+class BroadcastInplaceResourceXlaOp : public BroadcastXlaOp {
+ public:
+  explicit BroadcastInplaceResourceXlaOp(OpKernelConstruction* c) : BroadcastXlaOp(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("T", &dtype_));
+  }
+
+ protected:
+  absl::Status AddOperand(XlaOpKernelContext* ctx, int input, Lowering* l) override {
+    tensorflow::TensorShape shape;
+    xla::XlaOp value;
+    TF_RETURN_IF_ERROR(ctx->ReadVariableInput(input, dtype_, &shape, &value));
+    auto xla_shape = ctx->builder()->GetShape(value);
+    TF_RETURN_IF_ERROR(xla_shape.status());
+    l->operands.push_back(value);
+    l->operand_shapes.push_back(*xla_shape);
+    return absl::OkStatus();
+  }
+
+  absl::Status Deliver(XlaOpKernelContext* ctx, const std::vector<xla::XlaOp>& results) override {
+    for (size_t i = 0; i < results.size(); ++i) {
+      TF_RETURN_IF_ERROR(ctx->AssignVariable(static_cast<int>(i), dtype_, results[i]));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  tensorflow::DataType dtype_ = tensorflow::DT_INVALID;
+};
+
 // HorovodAllgather and HorovodGroupedAllgather: the result's first dimension
 // is the sum of every rank's, which XLA must know now, so the kernel asks the
 // other ranks while compiling (ExchangeRows: {first dimension, elements per
@@ -899,6 +947,9 @@ REGISTER_XLA_OP(Name("HorovodGroupedReducescatter"), ReducescatterXlaOp);
 REGISTER_XLA_OP(Name("HorovodAllgather"), AllgatherXlaOp);
 REGISTER_XLA_OP(Name("HorovodGroupedAllgather"), AllgatherXlaOp);
 REGISTER_XLA_OP(Name("HorovodBroadcast"), BroadcastXlaOp);
+// The variables are resource inputs, which tf2xla passes to the program as
+// its own arguments and results: nothing needs to be known at compile time.
+REGISTER_XLA_OP(Name("HorovodBroadcastInplaceResource"), BroadcastInplaceResourceXlaOp);
 // Constant splits let XLA compile an alltoall whose splits arrive as an
 // argument of the function (once per value), as it does for shapes.
 REGISTER_XLA_OP(Name("HorovodAlltoall").CompileTimeConstantInput("splits"), AlltoallXlaOp);

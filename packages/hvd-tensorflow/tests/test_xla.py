@@ -116,6 +116,32 @@ report["broadcast_from_root_1"] = same(c_bc[0], x32 / (rank + 1) * 2) and c_bc[1
 report["broadcast_hlo"] = 'custom_call_target="hvd_broadcast"' in \
     jit(bcast).experimental_get_compiler_ir(x32, bb)(stage="hlo")
 
+# --- broadcast_: variables overwritten in place with root 1's values -------
+# Same variable names on both ranks, so the default engine names match.
+def fresh_variables():
+    return (tf.Variable(tf.constant([1.0, 2.0, 3.0]) * (rank + 1), name="bi.a"),
+            tf.Variable(tf.fill([2, 2], float(rank + 5)), name="bi.b"),
+            tf.Variable(tf.constant([7, -8], tf.int32) * (rank + 1), name="bi.i"))
+
+fa, fb, fi = fresh_variables()
+
+def bcast_inplace():
+    # In a tf.function broadcast_ returns the values read after the broadcast.
+    return hvd.broadcast_([fa, fb], root_rank=1), hvd.broadcast_([fi], root_rank=1, name="bi.int")
+
+read_back = jit(bcast_inplace)()
+compiled = [v.numpy() for v in (fa, fb, fi)]
+ea, eb, ei = fresh_variables()
+hvd.broadcast_([ea, eb], root_rank=1)
+hvd.broadcast_([ei], root_rank=1)
+report["broadcast_inplace_equals_eager"] = all(same(c, e) for c, e in zip(compiled, (ea, eb, ei)))
+report["broadcast_inplace_from_root_1"] = [v.tolist() for v in compiled]
+report["broadcast_inplace_read_back"] = all(
+    same(r, c) for r, c in zip(list(read_back[0]) + list(read_back[1]), compiled))
+hlo = jit(bcast_inplace).experimental_get_compiler_ir()(stage="hlo")
+report["broadcast_inplace_hlo_custom_calls"] = hlo.count('custom_call_target="hvd_broadcast"')
+report["broadcast_inplace_hlo_int_name"] = 'name = "bi.int"' in hlo
+
 # --- reducescatter: 5 rows split 3/2 --------------------------------------
 rs = tf.reshape(tf.range(10, dtype=tf.float32), [5, 2]) * (rank + 1)
 
@@ -273,6 +299,16 @@ def test_broadcast_under_jit_from_root_1_equals_eager(reports):
         assert r["broadcast_equals_eager"]
         assert r["broadcast_from_root_1"]
         assert r["broadcast_hlo"]
+
+
+def test_broadcast_inplace_under_jit_overwrites_variables_with_root_1_values_as_eager(reports):
+    for r in reports:
+        assert r["broadcast_inplace_equals_eager"]
+        assert r["broadcast_inplace_from_root_1"] == [[2.0, 4.0, 6.0], [[6.0, 6.0], [6.0, 6.0]], [14, -16]]
+        assert r["broadcast_inplace_read_back"]
+        # one custom call for the two float32 variables, one for the int32 one
+        assert r["broadcast_inplace_hlo_custom_calls"] == 2
+        assert r["broadcast_inplace_hlo_int_name"]
 
 
 def test_reducescatter_under_jit_equals_eager_with_uneven_split(reports):
