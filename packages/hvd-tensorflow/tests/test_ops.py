@@ -59,8 +59,9 @@ def a2a(t, s):
     o, rs = ops.alltoall(t, splits=s)
     return tf.concat([tf.reshape(tf.cast(o, tf.int32), [-1]), rs], 0)
 eager_and_graph("alltoall", a2a, send, splits)
-even, even_splits = ops.alltoall(tf.range(2 * n) + 10 * r)
-out["alltoall_even"] = [even.numpy().tolist(), even_splits.numpy().tolist()]
+# splits=None returns the output tensor alone, as Horovod's alltoall does
+even = ops.alltoall(tf.range(2 * n) + 10 * r)
+out["alltoall_even"] = [even.numpy().tolist(), isinstance(even, tf.Tensor)]
 
 # in-place broadcast into variables of two dtypes
 v1, v2 = tf.Variable([float(r)] * 3), tf.Variable([r, r], dtype=tf.int64)
@@ -72,6 +73,16 @@ def bcast_in_graph():
 v1.assign([5.0 + r] * 3)
 bcast_in_graph()
 out["bcast_inplace_graph"] = v1.numpy().tolist()
+# TF1 graph: a reference variable (no resource handle) next to a resource one
+with tf.Graph().as_default():
+    from tensorflow.python.ops.ref_variable import RefVariable
+    ref_v = RefVariable([float(r)] * 2)
+    res_v = tf.compat.v1.get_variable("res_v", initializer=[10.0 + r], use_resource=True)
+    outs = ops.broadcast_([ref_v, res_v], root_rank=1)
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        got = sess.run(outs)
+        out["bcast_inplace_ref"] = [got[0].tolist(), got[1].tolist(), sess.run(ref_v).tolist()]
 
 # topology ops, evaluated when the graph runs
 out["topology"] = [int(t) for t in tf.function(lambda: (ops.size_op(), ops.rank_op(), ops.local_size_op(),
@@ -133,9 +144,10 @@ def test_every_collective_and_dtype_eager_and_tf_function(n):
             np.testing.assert_allclose(np.asarray(eager, dtype=np.float64), np.asarray(want, dtype=np.float64),
                                        rtol=1e-2 if "16" in key else 1e-6, err_msg="%s on rank %d" % (key, r))
             assert graph == eager, "%s: tf.function %s != eager %s on rank %d" % (key, graph, eager, r)
-        assert rep["alltoall_even"] == [[2 * r + 10 * s + k for s in range(n) for k in range(2)], [2] * n]
+        assert rep["alltoall_even"] == [[2 * r + 10 * s + k for s in range(n) for k in range(2)], True]
         assert rep["bcast_inplace"] == [[1.0] * 3, [1, 1]]
         assert rep["bcast_inplace_graph"] == [5.0] * 3
+        assert rep["bcast_inplace_ref"] == [[1.0] * 2, [11.0], [1.0] * 2]
         assert rep["topology"] == [n, r, n, r, 1]
         assert rep["many"] == [float(n * sum(range(1, 9)))] * 4
         assert 0 <= rep["join"] < n
@@ -179,10 +191,12 @@ out["broadcast"] = grad(lambda t: ops.broadcast(t, root_rank=1), tf.ones([3]) * 
 out["alltoall"] = grad(lambda t: ops.alltoall(t, splits=[1, 2])[0], lambda y: tf.ones_like(y) * (r + 10))
 # reducescatter on 2 rows per rank
 y2 = tf.ones([2 * n, 1]) * (r + 1)
-with tf.GradientTape() as tape:
+with tf.GradientTape(persistent=True) as tape:
     tape.watch(y2)
     rs = ops._reducescatter(y2, op=ops.Average)
+    rs_sum = ops._reducescatter(y2, op=ops.Sum)
 out["reducescatter"] = tape.gradient(rs, y2, output_gradients=tf.ones_like(rs) * (r + 1)).numpy().ravel().tolist()
+out["reducescatter_sum"] = tape.gradient(rs_sum, y2, output_gradients=tf.ones_like(rs_sum) * (r + 1)).numpy().ravel().tolist()
 # the same inside tf.function
 @tf.function
 def graph_grad(v):
@@ -207,8 +221,10 @@ def test_gradients():
         assert rep["broadcast"] == ([1.5] * 3 if r == 1 else [0.0] * 3)
         # rank 0 sent row 0 to itself and rows 1-2 to rank 1; upstream of rank s is (s + 10)
         assert rep["alltoall"] == [10.0, 11.0, 11.0]
-        # Average reducescatter: every input row's gradient is its owner's upstream / n
-        assert rep["reducescatter"] == [0.5, 0.5, 1.0, 1.0]
+        # reducescatter follows Horovod's gradient convention: every input row gets its
+        # owner's upstream gradient, times n for Sum (like the allreduce gradient)
+        assert rep["reducescatter"] == [1.0, 1.0, 2.0, 2.0]
+        assert rep["reducescatter_sum"] == [2.0, 2.0, 4.0, 4.0]
         assert rep["allgather_graph"] == [2.0] * 3
 
 

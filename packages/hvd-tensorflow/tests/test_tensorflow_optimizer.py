@@ -133,6 +133,17 @@ def _():
         np.testing.assert_allclose(got[1].numpy(), everyone[1].mean(0), rtol=1e-5, atol=1e-6)
         for i in (2, 3):  # local layer: this rank's own gradient (divided by size when scaling)
             np.testing.assert_allclose(got[i].numpy(), raw[i] / (size if scale else 1), rtol=1e-5, atol=1e-6)
+    # get_local_and_global_gradients: the same gradients as (variable, gradient) pairs, split by locality
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(local(shared(x))))
+    sources = shared.trainable_weights + local.trainable_weights
+    local_pairs, global_pairs = hvd.PartialDistributedGradientTape(
+        tape, local_layers=[local]).get_local_and_global_gradients(loss, sources)
+    assert [v.name for v, _ in local_pairs] == [v.name for v in local.trainable_weights]
+    assert [v.name for v, _ in global_pairs] == [v.name for v in shared.trainable_weights]
+    for (_, g), want in zip(global_pairs + local_pairs, [everyone[0].mean(0), everyone[1].mean(0),
+                                                        raw[2] / size, raw[3] / size]):
+        np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-6)
     try:
         hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=["not a layer"])
         raise AssertionError("accepted a non-layer")

@@ -162,8 +162,8 @@ sp = [1, 3] if rank == 0 else [2, 2]   # rank 0 receives 1 + 2 rows, rank 1 3 + 
 
 def exchanges(a, b):
     o1, r1 = hvd.alltoall(a, splits=sp, name="a2a.explicit")
-    o2, r2 = hvd.alltoall(b, name="a2a.even")
-    return o1, r1, o2, r2
+    o2 = hvd.alltoall(b, name="a2a.even")  # splits=None: the output alone
+    return o1, r1, o2
 
 c_a2, e_a2 = jit(exchanges)(a2, a2b), exchanges(a2, a2b)
 report["alltoall_equals_eager"] = all(same(c, e) for c, e in zip(c_a2, e_a2))

@@ -746,6 +746,24 @@ class _DistributedGradientTape(object):
             self._local_sources, self.process_set, self.scale_local_gradients)
         return tf.nest.pack_sequence_as(grads, reduced)
 
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """Computes the gradients as gradient() does and splits them by source.
+
+        Returns:
+          (local_vars_grads, global_vars_grads): lists of (variable, gradient)
+          pairs, in the order of `sources`; the first for sources registered as
+          local (their gradients are not reduced across ranks), the second for
+          the others.
+        """
+        flat_sources = tf.nest.flatten(sources)
+        grads = tf.nest.flatten(self.gradient(target, sources, output_gradients, use_generic_names))
+        local_vars_grads, global_vars_grads = [], []
+        for var, grad in zip(flat_sources, grads):
+            is_local = _var_ref(var) in self._local_sources
+            (local_vars_grads if is_local else global_vars_grads).append((var, grad))
+        return local_vars_grads, global_vars_grads
+
 
 _tape_classes = {}
 

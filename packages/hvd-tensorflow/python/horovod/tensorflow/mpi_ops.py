@@ -203,9 +203,18 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     variables = list(variables)
     if not variables:
         return variables
+    # TF1 reference variables (graph mode) have no resource handle for the
+    # in-place kernel: their root value is broadcast and assigned back instead.
+    assigned = {}
+    refs = [v for v in variables if not hasattr(v, "handle")]
+    for i, v in enumerate(refs):
+        ref_name = None if name is None else "%s_ref%d" % (name, i)
+        assigned[id(v)] = tf.compat.v1.assign(
+            v, broadcast(v, root_rank, name=ref_name, process_set=process_set))
     by_dtype = {}
     for v in variables:
-        by_dtype.setdefault(v.dtype.base_dtype, []).append(v)
+        if id(v) not in assigned:
+            by_dtype.setdefault(v.dtype.base_dtype, []).append(v)
     ps_id = process_set_id_of(process_set)
     broadcasts = []
     for dtype, group in by_dtype.items():
@@ -219,7 +228,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     if tf.executing_eagerly():
         return variables
     with tf.control_dependencies(broadcasts):
-        return [v.read_value() for v in variables]
+        return [assigned[id(v)] if id(v) in assigned else v.read_value() for v in variables]
 
 
 # ---------------------------------------------------------------------------
@@ -229,17 +238,19 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     """Sends `splits[i]` first-dimension rows of `tensor` to rank i of the set (evenly when None).
 
     Returns:
-        (output, received_splits): the rows received, concatenated in rank
-        order, and how many came from each rank.
+        With `splits` given: (output, received_splits), the rows received,
+        concatenated in rank order, and how many came from each rank.
+        With `splits=None`: `output` alone, as Horovod returns it.
     """
     tensor = tf.convert_to_tensor(tensor)
     if splits is None:
-        splits = tf.zeros([0], dtype=tf.int32)
+        splits_ = tf.zeros([0], dtype=tf.int32)
     else:
-        splits = tf.cast(tf.convert_to_tensor(splits), tf.int32)
-    return MPI_LIB.horovod_alltoall(tensor, splits, name=_op_name("HorovodAlltoall", tensor, name),
-                                    ignore_name_scope=ignore_name_scope,
-                                    process_set_id=process_set_id_of(process_set))
+        splits_ = tf.cast(tf.convert_to_tensor(splits), tf.int32)
+    output, received_splits = MPI_LIB.horovod_alltoall(
+        tensor, splits_, name=_op_name("HorovodAlltoall", tensor, name),
+        ignore_name_scope=ignore_name_scope, process_set_id=process_set_id_of(process_set))
+    return (output, received_splits) if splits is not None else output
 
 
 @_ops.RegisterGradient("HorovodAlltoall")
@@ -278,11 +289,14 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
 
 def _reducescatter_grad_of(op, grad, process_set):
     # Every input row reaches exactly one rank's block: gather the blocks'
-    # gradients back, scaled as the forward pass scaled the inputs.
+    # gradients back. The scale follows Horovod's convention (the same as the
+    # allreduce gradient's, an allreduce with the forward op): Sum multiplies by
+    # the set's size, Average by one, so that existing training scripts keep
+    # their gradient magnitudes; pre/postscale apply as in the forward pass.
     result = allgather(grad, process_set=process_set)
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if op.get_attr("reduce_op") == Average:
-        scale /= process_set.size()
+    if op.get_attr("reduce_op") == Sum:
+        scale *= process_set.size()
     return result * scale if scale != 1.0 else result
 
 
