@@ -139,6 +139,9 @@ ref.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
 ref.fit(X, Y, batch_size=2 * PER * size, epochs=1, shuffle=False, verbose=0)
 out["bpps_vs_ref"] = float(np.abs(flat(model) - flat(ref)).max())
 out["bpps_iterations"] = int(get_value(opt.iterations))
+# Horovod's name for the aggregation state: passes so far in the cycle
+out["bpps_agg_counter"] = int(get_value(opt._agg_helper.counter))
+out["no_agg_helper"] = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))._agg_helper is None
 
 # 5. PartialDistributedOptimizer: the local layer's weights are trained on
 #    this rank's data only (through horovod.keras on Keras 3).
@@ -162,6 +165,28 @@ v = keras.Variable([1.0, 2.0]) if FLAVOUR == "keras3" else tf.Variable([1.0, 2.0
 eager_opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0))
 eager_opt.apply_gradients([(tf.constant([float(rank), 2.0 + rank]), v)])
 out["eager_apply"] = np.asarray(v).tolist()
+# BroadcastGlobalVariablesCallback(local_variables=...): those stay this
+# rank's own (Keras 3 passes its variable wrappers), the rest become rank 0's
+model = model_mlp(600 + rank)
+local_before = np.ravel(model.layers[1].get_weights()[0]).tolist()
+model.compile(optimizer=sgd(0.0, 0.0), loss="mse")
+model.fit(shard(X)[:PER], shard(Y)[:PER], batch_size=PER, epochs=1, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=model.layers[1].variables)])
+out["bcast_local_kept"] = np.ravel(model.layers[1].get_weights()[0]).tolist() == local_before
+out["bcast_global"] = np.ravel(model.layers[2].get_weights()[0]).tolist()
+out["bcast_local"] = local_before
+if FLAVOUR == "tf_keras":
+    # legacy OptimizerV2: _compute_gradients() (minimize's first half) returns
+    # reduced gradients, and applying those very tensors does not reduce
+    # them again (op=Sum makes a second reduction visible: 2x)
+    w = tf.Variable([1.0, 1.0])
+    sopt = hvd.DistributedOptimizer(keras.optimizers.legacy.SGD(1.0), op=hvd.Sum)
+    loss_fn = lambda: tf.reduce_sum(w * (rank + 1.0))
+    pairs = sopt._compute_gradients(loss_fn, var_list=[w])
+    out["legacy_computed"] = np.asarray(pairs[0][0]).tolist()
+    sopt.apply_gradients(pairs)
+    sopt.minimize(loss_fn, var_list=[w])
+    out["legacy_applied"] = np.asarray(w).tolist()
 errors = []
 for kwargs in ({"op": hvd.Sum, "gradient_predivide_factor": 2.0}, {"groups": -1},
                {"backward_passes_per_step": 0}):
@@ -185,6 +210,7 @@ def _check_run(results, flavour):
         assert out["embedding_vs_ref"] < 1e-5, (r, out["embedding_vs_ref"])
         assert out["bpps_vs_ref"] < 1e-5, (r, out["bpps_vs_ref"])
         assert out["bpps_iterations"] == steps  # every pass counts, as in Horovod
+        assert out["bpps_agg_counter"] == steps % 2 and out["no_agg_helper"]
 
         # Horovod's warmup: initial_lr / size -> initial_lr over `warmup`
         # epochs (one step ahead), then the schedule's constant 0.5.
@@ -225,11 +251,17 @@ def _check_run(results, flavour):
         assert out["reducescatter"] == pytest.approx([0.0, 1.5] if r == 0 else [3.0, 4.5])
         assert out["errors"] == [True, True, True]
         assert out["eager_apply"] == pytest.approx([0.5, -0.5])
+        assert out["bcast_local_kept"]
+        if flavour == "tf_keras":
+            assert out["legacy_computed"] == pytest.approx([3.0, 3.0])  # 1 + 2, summed once
+            assert out["legacy_applied"] == pytest.approx([-5.0, -5.0])  # two steps of 3, not 6
     # replicas identical
     assert results[0]["mlp_weights"] == results[1]["mlp_weights"]
     assert results[0]["loaded_weights"] == results[1]["loaded_weights"]
     assert results[0]["partial_global"] == results[1]["partial_global"]
     assert results[0]["partial_local"] != results[1]["partial_local"]
+    assert results[0]["bcast_global"] == results[1]["bcast_global"]
+    assert results[0]["bcast_local"] != results[1]["bcast_local"]
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])

@@ -85,6 +85,12 @@ class _GradientReducer:
         self._accumulators = {}   # id(variable) -> tf.Variable, backward_passes_per_step > 1 only
         self._counter = None
         self._eager_reduce = None
+        self._pre_reduced = None  # gradients _compute_gradients() already reduced, until applied
+
+    @property
+    def counter(self):
+        """Backward passes accumulated so far in this cycle (a tf.Variable; None before the first)."""
+        return self._counter
 
     # -- communication -----------------------------------------------------------------------
 
@@ -177,11 +183,24 @@ class _GradientReducer:
                                                             name="hvd_aggregated_gradient")
         return [self._accumulators[id(v)] for v in variables]
 
+    def remember_reduced(self, grads):
+        self._pre_reduced = [g for g in grads if g is not None]
+
+    def _were_reduced(self, grads):
+        # The very tensors _compute_gradients() returned (as minimize() hands
+        # them on): reducing them again would double the traffic, and with
+        # op=Sum the values too. Anything else is reduced as usual.
+        pre, self._pre_reduced = self._pre_reduced, None
+        given = [g for g in grads if g is not None]
+        return pre is not None and len(pre) == len(given) and all(a is b for a, b in zip(pre, given))
+
     def run(self, optimizer, grads, variables, apply_fn):
         """Reduces `grads` and calls apply_fn(reduced_grads, variables), or
         accumulates them and applies every backward_passes_per_step calls."""
         grads, variables = list(grads), list(variables)
         if self.backward_passes_per_step == 1:
+            if self._were_reduced(grads):
+                return apply_fn(grads, variables)
             return apply_fn(self.reduce(grads, variables), variables)
 
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
@@ -215,7 +234,16 @@ class _GradientReducer:
 
 # -- the optimizer classes ----------------------------------------------------------------------
 
-class _DistributedKeras3:
+class _AggregationHelperName:
+    # Horovod's optimizers expose their local gradient aggregation as
+    # `_agg_helper` (None without backward_passes_per_step > 1), and Horovod's
+    # own tests read `_agg_helper.counter`: same name, same meaning here.
+    @property
+    def _agg_helper(self):
+        return self._hvd if self._hvd.backward_passes_per_step > 1 else None
+
+
+class _DistributedKeras3(_AggregationHelperName):
     """Keras 3: Model.train_step calls apply_gradients(), which calls apply()."""
 
     _hvd_distributed = True
@@ -237,7 +265,7 @@ class _DistributedKeras3:
         return None if isinstance(result, tf.Tensor) else result
 
 
-class _DistributedTFKeras:
+class _DistributedTFKeras(_AggregationHelperName):
     """tf-keras optimizers (optimizer.Optimizer and legacy OptimizerV2): minimize()
     and Model.train_step hand gradients to apply_gradients()."""
 
@@ -258,6 +286,25 @@ class _DistributedTFKeras:
         return result
 
 
+class _DistributedTFKerasLegacy(_DistributedTFKeras):
+    """tf-keras' legacy OptimizerV2: minimize() gets its gradients from
+    _compute_gradients(), which returns them already averaged, as Horovod's
+    optimizer does (code that calls it directly sees the averaged values);
+    apply_gradients() then does not reduce those same tensors again."""
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        pairs = list(super(_DistributedTFKerasLegacy, self)._compute_gradients(
+            loss, var_list=var_list, grad_loss=grad_loss, tape=tape))
+        if self._hvd.backward_passes_per_step > 1 or not pairs:
+            # Accumulated locally and reduced once per backward_passes_per_step
+            # in apply_gradients(): communicating every pass would defeat it.
+            return pairs
+        variables = [v for _, v in pairs]
+        grads = self._hvd.reduce([g for g, _ in pairs], variables)
+        self._hvd.remember_reduced(grads)
+        return list(zip(grads, variables))
+
+
 def _register_local_var(self, var):
     """Registers a source/variable as worker local. Horovod will not perform
     any global operations on gradients corresponding to these sources and will
@@ -266,7 +313,7 @@ def _register_local_var(self, var):
 
 
 def _distributed_class(base, family):
-    mixin = _DistributedKeras3 if family == KERAS3 else _DistributedTFKeras
+    mixin = {KERAS3: _DistributedKeras3, TF_KERAS_LEGACY: _DistributedTFKerasLegacy}.get(family, _DistributedTFKeras)
     # Same name and module as the wrapped class: saved models record the
     # original optimizer, so they load with or without hvd.
     return type(base.__name__, (mixin, base), {

@@ -22,15 +22,22 @@ def _model_variables(model):
 
 
 class BroadcastGlobalVariablesCallbackImpl:
-    def __init__(self, keras, root_rank, device="", *args):
+    def __init__(self, keras, root_rank, device="", local_variables=None, *args):
         super().__init__(*args)
         self.keras = keras
         self.root_rank = root_rank
         self.device = device
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        # Matched by identity of the underlying tf.Variable: Keras 3 hands out
+        # wrappers, and the model's variable list is unwrapped before use.
+        self._local_ids = {id(v) for v in tf_variables(local_variables)}
 
     def _broadcast(self, variables):
-        variables = [v for v in variables if v is not None]
+        variables = [v for v in variables if v is not None and id(v) not in self._local_ids]
         if not variables:
             return
 
@@ -254,7 +261,7 @@ def make_callback_classes(_keras):
         root_rank's weights.)
         """
 
-        def __init__(self, root_rank, device=''):
+        def __init__(self, root_rank, device='', local_variables=None):
             """
             Construct a new BroadcastGlobalVariablesCallback that will broadcast all
             global variables from root rank to all other processes during initialization.
@@ -263,8 +270,11 @@ def make_callback_classes(_keras):
                 root_rank: Rank that will send data, other ranks will receive data.
                 device: Device to be used for broadcasting. Uses GPU by default
                         if Horovod was build with HOROVOD_GPU_OPERATIONS.
+                local_variables: A variable or a collection of variables that are
+                        worker local and are therefore not broadcast; each rank
+                        keeps its own values.
             """
-            super().__init__(_keras, root_rank, device)
+            super().__init__(_keras, root_rank, device, local_variables)
 
     class MetricAverageCallback(MetricAverageCallbackImpl, _keras.callbacks.Callback):
         """
