@@ -257,12 +257,14 @@ want = torch.cat([torch.full((splits[d], 2), float(d + 1)) for d in range(size)]
 expect("autograd_alltoall", torch.allclose(g, want), "%s" % g)
 
 block_of_row = torch.tensor([max(d for d in range(size) if d * base + min(d, extra) <= i) for i in range(nrows)])
-for opname, op, scale in [("Sum", hvd.Sum, 1.0), ("Average", hvd.Average, 1.0 / size)]:
+# Horovod's convention (as its allreduce gradient): Sum scales the gathered
+# gradient by the set size, Average leaves it undivided
+for opname, op, scale in [("Sum", hvd.Sum, float(size)), ("Average", hvd.Average, 1.0)]:
     g = grad_of(lambda x: (hvd.reducescatter(x, op=op) * w).sum(), torch.ones(nrows, 2))
     want = ((block_of_row + 1).float() * scale).unsqueeze(1).expand(nrows, 2)
     expect("autograd_reducescatter", torch.allclose(g, want), "%s: %s" % (opname, g))
 g = grad_of(lambda x: (hvd.grouped_reducescatter([x], op=hvd.Sum)[0] * w).sum(), torch.ones(nrows, 2))
-expect("autograd_reducescatter", torch.allclose(g, (block_of_row + 1).float().unsqueeze(1).expand(nrows, 2)),
+expect("autograd_reducescatter", torch.allclose(g, (block_of_row + 1).float().unsqueeze(1).expand(nrows, 2) * size),
        "grouped: %s" % g)
 
 # --- process sets: a set registered at init, used only by its members

@@ -105,12 +105,20 @@ done.append("broadcast_optimizer_state")
 
 # a fresh optimizer everywhere: nothing moves, no step is counted
 model = make(0)
+model[2].bias.requires_grad_(False)
 before = copy.deepcopy(model.state_dict())
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
 hvd.broadcast_optimizer_state(opt, root_rank=0)
 for n, v in model.state_dict().items():
     assert torch.equal(v, before[n]), n
-assert all(p.grad is None for p in model.parameters())
+# as after Horovod's initialisation step (scripts read or broadcast these):
+# zero gradients on trainable parameters, none on frozen ones
+for n, p in model.named_parameters():
+    if p.requires_grad:
+        assert p.grad is not None and p.grad.shape == p.shape and not p.grad.any(), n
+    else:
+        assert p.grad is None, n
+hvd.broadcast(model[0].weight.grad, root_rank=0, name="check.zero_grad")
 assert len(opt.state_dict()["state"]) == 0
 # ranks with state, root without: the state follows the root's (none)
 if rank != 0:

@@ -81,6 +81,20 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     params = [p for group in optimizer.param_groups for p in group["params"]]
     is_root = process_set.rank() == root_rank
 
+    # What Horovod's initialisation step leaves behind that scripts can see:
+    # on a rank whose optimizer has no state yet, every trainable parameter
+    # has a (zero) gradient afterwards, and frozen ones still have none.
+    # Code written against Horovod reads or broadcasts p.grad right after
+    # this call. The zeros add nothing to the first backward's gradients and
+    # zero_grad() clears them; DistributedOptimizer gives a parameter without
+    # a gradient zeros at step() anyway. Gradients that already exist are kept.
+    if not any(optimizer.state.get(p) for p in params):
+        sparse = isinstance(optimizer, torch.optim.SparseAdam)
+        for p in params:
+            if p.requires_grad and p.grad is None:
+                zeros = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                p.grad = zeros.to_sparse() if sparse else zeros
+
     # The root describes its state first: which parameters have state, the
     # names, shapes and dtypes of the tensors, and every Python scalar (step
     # counts, hyper-parameters such as lr, betas, or None-valued options).

@@ -1072,12 +1072,15 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 
 def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, process_set):
-    # Every rank's input rows reach exactly one rank's output block: gather the
-    # blocks' gradients back, scaled as the forward pass scaled the inputs.
+    # Gather the blocks' gradients back. The scale is Horovod's convention
+    # (the same as the allreduce gradient's, kept so training scripts see the
+    # gradient magnitudes they saw with Horovod): Sum multiplies by the set's
+    # size, Average leaves the gathered gradient as it is; pre/postscale apply
+    # as in the forward pass.
     grad = allgather(grad_output.contiguous(), process_set=process_set)
     scale = prescale_factor * postscale_factor
-    if op == Average:
-        scale /= process_set.size()
+    if op == Sum:
+        scale *= process_set.size()
     return grad * scale if scale != 1.0 else grad
 
 
