@@ -7,65 +7,29 @@
 
 import tensorflow as tf
 
+from horovod.common.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401
+
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "Compression"]
 
 
-class Compressor(object):
-    """Interface for compressing and decompressing a given tensor."""
+class _FrameworkCast(CastCompressor):
+    # The 16-bit compressors' logic lives in hvd-core; this binds it to
+    # this framework's dtypes and cast.
+    @staticmethod
+    def _is_floating(dtype):
+        return dtype.is_floating
 
     @staticmethod
-    def compress(tensor):
-        """Compresses a tensor and returns it with the context needed to decompress it."""
-        pass
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Decompress the tensor with the given context."""
-        pass
+    def _cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
-class NoneCompressor(Compressor):
-    """Default no-op compression."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor unmodified."""
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Returns the tensor unmodified."""
-        return tensor
-
-
-class _CastCompressor(Compressor):
-    # Shared by the 16-bit compressors. Only floating-point tensors are cast
-    # (integers would lose values, as in Horovod's FP16Compressor); the
-    # original dtype is the context that decompress() restores.
-    wire_dtype = None
-
-    @classmethod
-    def compress(cls, tensor):
-        """Casts floating-point tensors to the 16-bit wire type."""
-        dtype = tensor.dtype
-        if dtype.is_floating and dtype != cls.wire_dtype:
-            tensor = tf.cast(tensor, cls.wire_dtype)
-        return tensor, dtype
-
-    @classmethod
-    def decompress(cls, tensor, ctx):
-        """Casts the tensor back to the dtype it had before compress()."""
-        if ctx is not None and ctx.is_floating and tensor.dtype != ctx:
-            tensor = tf.cast(tensor, ctx)
-        return tensor
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_FrameworkCast):
     """Compress all floating point gradients to 16-bit."""
     wire_dtype = tf.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_FrameworkCast):
     """Compress all floating point gradients to bfloat16: 16 bits with
     float32's exponent range, so large gradients do not overflow as they can
     in float16 (an hvd addition; Horovod has none and fp16 only)."""

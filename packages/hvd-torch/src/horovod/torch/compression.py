@@ -7,66 +7,29 @@
 
 import torch
 
+from horovod.common.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401
+
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "Compression"]
 
 
-class Compressor(object):
-    """Interface for compressing and decompressing a given tensor."""
+class _FrameworkCast(CastCompressor):
+    # The 16-bit compressors' logic lives in hvd-core; this binds it to
+    # this framework's dtypes and cast.
+    @staticmethod
+    def _is_floating(dtype):
+        return dtype.is_floating_point
 
     @staticmethod
-    def compress(tensor):
-        """Compresses a tensor and returns it with the context needed to decompress it."""
-        pass
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Decompress the tensor with the given context."""
-        pass
+    def _cast(tensor, dtype):
+        return tensor.type(dtype)
 
 
-class NoneCompressor(Compressor):
-    """Default no-op compression."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor unmodified."""
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Returns the tensor unmodified."""
-        return tensor
-
-
-class _CastCompressor(Compressor):
-    # Shared by the 16-bit compressors: only floating-point tensors wider
-    # than the wire dtype are cast; integers and already-narrow floats travel
-    # as they are (Horovod's FP16Compressor behaves the same way), and the
-    # original dtype is the context that decompress() restores.
-    wire_dtype = None
-
-    @classmethod
-    def compress(cls, tensor):
-        """Downcasts the tensor to the 16-bit wire type."""
-        ctx = tensor.dtype
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire_dtype:
-            tensor = tensor.type(cls.wire_dtype)
-        return tensor, ctx
-
-    @classmethod
-    def decompress(cls, tensor, ctx):
-        """Upcasts the tensor to the initialization dtype."""
-        if ctx is not None and ctx.is_floating_point and tensor.dtype != ctx:
-            tensor = tensor.type(ctx)
-        return tensor
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_FrameworkCast):
     """Compress all floating point gradients to 16-bit."""
     wire_dtype = torch.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_FrameworkCast):
     """Compress all floating point gradients to bfloat16 (16-bit, float32's exponent
     range, so large gradients do not overflow as they can with fp16)."""
     wire_dtype = torch.bfloat16
