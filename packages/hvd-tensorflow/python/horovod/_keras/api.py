@@ -210,3 +210,11 @@ def make_api(keras):
 
     return {f.__name__: f for f in (DistributedOptimizer, PartialDistributedOptimizer, broadcast_global_variables,
                                     allreduce, allgather, broadcast, reducescatter, load_model)}
+
+
+def publish(namespace, objects):
+    """Puts `objects` (name -> function or class) into a public module's namespace, renamed
+    so they are importable and picklable under that module's name."""
+    for name, obj in objects.items():
+        obj.__module__, obj.__qualname__ = namespace["__name__"], name
+        namespace[name] = obj

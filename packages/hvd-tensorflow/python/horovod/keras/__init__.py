@@ -13,25 +13,14 @@ from horovod.tensorflow.mpi_ops import (Adasum, Average, HorovodInternalError, M
                                         init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                                         mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
                                         rocm_built, shutdown, size, start_timeline, stop_timeline)
-from horovod._keras.api import make_api
+from horovod._keras.api import make_api, publish
 
 if keras.backend.backend() != "tensorflow":
     raise ImportError("horovod.keras needs Keras' TensorFlow backend (KERAS_BACKEND=tensorflow); this Keras uses %r"
                       % keras.backend.backend())
 
-_api = make_api(keras)
-for _name, _fn in _api.items():
-    _fn.__module__, _fn.__qualname__ = __name__, _name
-
-DistributedOptimizer = _api["DistributedOptimizer"]
-PartialDistributedOptimizer = _api["PartialDistributedOptimizer"]
-broadcast_global_variables = _api["broadcast_global_variables"]
-allreduce = _api["allreduce"]
-allgather = _api["allgather"]
-broadcast = _api["broadcast"]
-reducescatter = _api["reducescatter"]
-load_model = _api["load_model"]
+# DistributedOptimizer, PartialDistributedOptimizer, broadcast_global_variables,
+# allreduce, allgather, broadcast, reducescatter, load_model
+publish(globals(), make_api(keras))
 
 from horovod.keras import callbacks  # noqa: E402,F401
-
-del _name, _fn, _api

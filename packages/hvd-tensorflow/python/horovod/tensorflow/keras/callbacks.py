@@ -5,18 +5,10 @@
 import tensorflow as tf
 
 import horovod._keras.callbacks as _impl
+from horovod._keras.api import publish
 
 _keras = tf.keras
 
-_classes = _impl.make_callback_classes(_keras)
-for _name, _cls in _classes.items():
-    # importable (and picklable) under this module's name
-    _cls.__module__, _cls.__qualname__ = __name__, _name
-
-BroadcastGlobalVariablesCallback = _classes["BroadcastGlobalVariablesCallback"]
-MetricAverageCallback = _classes["MetricAverageCallback"]
-LearningRateScheduleCallback = _classes["LearningRateScheduleCallback"]
-LearningRateWarmupCallback = _classes["LearningRateWarmupCallback"]
-BestModelCheckpoint = _classes["BestModelCheckpoint"]
-
-del _name, _cls, _classes
+# BroadcastGlobalVariablesCallback, MetricAverageCallback, LearningRateScheduleCallback,
+# LearningRateWarmupCallback, BestModelCheckpoint
+publish(globals(), _impl.make_callback_classes(_keras))
