@@ -103,6 +103,16 @@ def _wait_group_gone(pgid: int, seconds: float) -> bool:
 
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    # Handlers first: a stop that arrives while the worker is starting must
+    # reach the worker, not kill the guard and leave the worker orphaned.
+    stop_requested = threading.Event()
+
+    def request_stop(*_):
+        stop_requested.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, request_stop)
+
     signal_as_exit_code = "--signal-as-exit-code" in args
     try:
         # Over ssh the remote shell already made us a session leader; locally
@@ -130,6 +140,8 @@ def main(argv=None) -> int:
             sys.stderr.write(f"horovodrun: cannot enter working directory {cwd!r} on this host: "
                              f"{e.strerror}\n")
             return 126
+    if stop_requested.is_set():
+        return 128 + signal.SIGTERM
     _become_subreaper()
     try:
         worker = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL,
@@ -138,14 +150,6 @@ def main(argv=None) -> int:
         sys.stderr.write(f"horovodrun: cannot start {spec['argv'][0]!r}: {e.strerror}\n")
         return 127
     pgid = worker.pid
-
-    stop_requested = threading.Event()
-
-    def request_stop(*_):
-        stop_requested.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, request_stop)
 
     def watch_launcher():
         # Blocks until the launcher closes our stdin or disappears.
