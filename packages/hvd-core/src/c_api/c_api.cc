@@ -104,9 +104,8 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set) {
   if (args->reduce_op < HVD_OP_AVERAGE || args->reduce_op > HVD_OP_PRODUCT) {
     throw_error(ErrorCode::kInvalidArgument, "unknown reduce op " + std::to_string(args->reduce_op));
   }
-  if ((collective == Collective::kAllreduce || collective == Collective::kReducescatter) &&
-      args->reduce_op == HVD_OP_ADASUM) {
-    throw_error(ErrorCode::kUnsupported, "op=Adasum is not supported by hvd yet; use Average or Sum");
+  if (collective == Collective::kReducescatter && args->reduce_op == HVD_OP_ADASUM) {
+    throw_error(ErrorCode::kUnsupported, "reducescatter does not support op=Adasum; use Average or Sum");
   }
   if (collective == Collective::kBroadcast && (args->root_rank < 0 || args->root_rank >= set.size())) {
     throw_error(ErrorCode::kInvalidArgument,
@@ -163,6 +162,12 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set) {
     if (m.dtype == DataType::kBool && (collective == Collective::kAllreduce || collective == Collective::kReducescatter) &&
         (args->reduce_op == HVD_OP_AVERAGE)) {
       throw_error(ErrorCode::kUnsupported, what + " has dtype bool, which cannot be averaged; use op=Sum (logical or), Min or Max");
+    }
+    if (collective == Collective::kAllreduce && args->reduce_op == HVD_OP_ADASUM &&
+        m.dtype != DataType::kFloat16 && m.dtype != DataType::kBFloat16 && m.dtype != DataType::kFloat32 &&
+        m.dtype != DataType::kFloat64) {
+      throw_error(ErrorCode::kInvalidArgument, what + " has dtype " + dtype_name(m.dtype) +
+                                                   "; op=Adasum needs float16, bfloat16, float32 or float64");
     }
     if (ta->output != nullptr) {
       if (collective != Collective::kAllreduce && collective != Collective::kBroadcast) {

@@ -34,6 +34,8 @@ class Executor {
 
  private:
   void allreduce(const Response& r, const std::vector<LocalTensor>& locals);
+  // op=Adasum on the fused, prescaled buffer (`counts` elements per tensor).
+  void adasum(const Response& r, void* buffer, const std::vector<size_t>& counts);
   void allgather(const Response& r, size_t i, const LocalTensor& local);
   void broadcast(const Response& r, size_t i, const LocalTensor& local);
   void alltoall(const Response& r, size_t i, const LocalTensor& local);
@@ -50,6 +52,7 @@ class Executor {
   std::string transport_;  // timeline prefix of transport activities: "SHM", "TCP", ...
   FusionBuffer fusion_;
   std::vector<unsigned char> scratch_;
+  std::vector<unsigned char> adasum_scratch_;  // received blocks (and their float32 copies)
 };
 
 }  // namespace hvd

@@ -288,3 +288,74 @@ print(json.dumps(out))
         assert res["bfloat16"] <= 1.0, res
         size = np_
         assert res["float16.small"] == pytest.approx(256.0 + 0.125 * (size - 1), abs=0.25)
+
+
+# Adasum: a numpy reference of the pairwise tree over ranks (0,1) (2,3) ...,
+# (01,23) ...; with a rank count that is not a power of two the unpaired
+# subtree moves up unchanged.
+ADASUM_REFERENCE = '''
+def adasum_pair(a, b):
+    aa, bb, ab = float(a @ a), float(b @ b), float(a @ b)
+    wa = 1.0 - ab / (2 * aa) if aa else 1.0
+    wb = 1.0 - ab / (2 * bb) if bb else 1.0
+    return wa * a + wb * b
+def adasum_tree(vectors):
+    vectors = [v.astype(np.float64).ravel() for v in vectors]
+    stride = 1
+    while stride < len(vectors):
+        for left in range(0, len(vectors) - stride, 2 * stride):
+            vectors[left] = adasum_pair(vectors[left], vectors[left + stride])
+        stride *= 2
+    return vectors[0]
+'''
+
+
+@pytest.mark.parametrize("np_, env, hosts", [(n, {}, None) for n in SIZES] + [
+    (3, {"HOROVOD_SHM_DISABLE": "1"}, None), (4, {}, ["hostA", "hostA", "hostB", "hostB"])],
+    ids=["1", "2", "3", "4", "3-tcp", "4-two-hosts"])
+def test_adasum_matches_the_pairwise_tree_per_tensor(np_, env, hosts):
+    results = ranks.run_ok(np_, ADASUM_REFERENCE + '''
+import ml_dtypes
+hvd.init()
+size, rank = hvd.size(), hvd.rank()
+out = {}
+rng = np.random.default_rng(7)
+# Several tensors of different sizes (fused into one buffer, split unevenly
+# across ranks' blocks), each with its own weights.
+shapes = [(5,), (1000,), (3, 7), (1,), (257,)]
+values = [rng.standard_normal((size,) + s) for s in shapes]
+for name, dtype, tol in [("float64", np.float64, 1e-12), ("float32", np.float32, 1e-5),
+                         ("float16", np.float16, 2e-3), ("bfloat16", ml_dtypes.bfloat16, 1e-2)]:
+    inputs = [v.astype(dtype) for v in values]
+    got = hvd.grouped_allreduce([x[rank] for x in inputs], op=hvd.Adasum, name="g." + name)
+    err = 0.0
+    for x, g in zip(inputs, got):
+        ref = adasum_tree([x[r] for r in range(size)])
+        assert g.dtype == np.dtype(dtype) and g.shape == x.shape[1:]
+        err = max(err, float(np.max(np.abs(g.astype(np.float64).ravel() - ref) / (np.abs(ref) + 1))))
+    out[name] = err <= tol
+    # A lone tensor, with scale factors applied before and after.
+    x = inputs[1]
+    g = hvd.allreduce(x[rank], op=hvd.Adasum, prescale_factor=0.5, postscale_factor=3.0, name="one." + name)
+    ref = 3.0 * adasum_tree([0.5 * x[r].astype(np.float64) for r in range(size)])
+    out["scaled." + name] = bool(np.allclose(g.astype(np.float64), ref, rtol=tol * 10, atol=tol * 10))
+# The defining cases: identical gradients stay as they are (not multiplied by
+# the rank count); orthogonal ones add up.
+same = hvd.allreduce(np.array([1.0, 2.0, -3.0]), op=hvd.Adasum, name="same")
+out["identical"] = same.tolist() == [1.0, 2.0, -3.0]
+basis = np.zeros(4); basis[rank] = rank + 1.0
+out["orthogonal"] = hvd.allreduce(basis, op=hvd.Adasum, name="orth").tolist() == \\
+    [float(r + 1) if r < size else 0.0 for r in range(4)]
+# Identical results on every rank, bit for bit.
+mine = hvd.allreduce(rng.standard_normal(333) + rank, op=hvd.Adasum, name="bits")
+everyone = hvd.allgather(mine[None])
+out["same_on_all_ranks"] = all(np.array_equal(everyone[0], e) for e in everyone)
+try:
+    hvd.allreduce(np.arange(4, dtype=np.int32), op=hvd.Adasum, name="ints")
+    out["int_rejected"] = False
+except ValueError as e:
+    out["int_rejected"] = "int32" in str(e) and "Adasum" in str(e)
+print(json.dumps(out))
+''', timeout=120, env=env, hosts=hosts)
+    for rank, res in enumerate(results):
+        assert all(res.values()), f"rank {rank}: {res}"
