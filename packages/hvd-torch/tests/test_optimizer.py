@@ -270,7 +270,7 @@ except ValueError as e:
 os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB")
 done.append("buckets")
 
-# 9. named_parameters validation; Adasum is refused clearly when it would be used
+# 9. named_parameters validation
 model = make()
 named = list(model.named_parameters())
 for bad in ([(named[0][0], named[0][1]), (named[0][0], named[1][1])], named[:1]):
@@ -279,15 +279,63 @@ for bad in ([(named[0][0], named[0][1]), (named[0][0], named[1][1])], named[:1])
         raise RuntimeError("bad named_parameters accepted")
     except ValueError:
         pass
-if size > 1:
-    try:
-        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
-        raise RuntimeError("Adasum accepted")
-    except NotImplementedError as e:
-        assert "Adasum" in str(e)
-else:
-    hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
 done.append("validation")
+
+# 9b. op=Adasum: every rank's optimizer steps locally (keeping its own
+# momentum), the parameter changes are combined with Adasum. Reference: all
+# ranks simulated here, one model copy and optimizer each, and the pairwise
+# tree (0,1) (2,3) ... then up, per tensor.
+def adasum_pair(a, b):
+    aa, bb, ab = (a * a).sum().item(), (b * b).sum().item(), (a * b).sum().item()
+    return (1 - ab / (2 * aa) if aa else 1.0) * a + (1 - ab / (2 * bb) if bb else 1.0) * b
+
+def adasum_tree(vs):
+    vs, stride = list(vs), 1
+    while stride < len(vs):
+        for left in range(0, len(vs) - stride, 2 * stride):
+            vs[left] = adasum_pair(vs[left], vs[left + stride])
+        stride *= 2
+    return vs[0]
+
+model = make().double()
+sims = [copy.deepcopy(model) for _ in range(size)]
+sim_opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in sims]
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                               named_parameters=model.named_parameters(), op=hvd.Adasum)
+assert isinstance(opt, torch.optim.SGD)
+for s in range(3):
+    shared = [p.detach().clone() for p in model.parameters()]
+    deltas = []
+    for r, (m, o) in enumerate(zip(sims, sim_opts)):
+        with torch.no_grad():
+            for p, v in zip(m.parameters(), shared):
+                p.copy_(v)
+        o.zero_grad()
+        x, y = batch(40 + s, r)
+        F.mse_loss(m(x.double()), y.double()).backward()
+        o.step()
+        deltas.append([p.detach() - v for p, v in zip(m.parameters(), shared)])
+    want = [v + adasum_tree([d[i] for d in deltas]) for i, v in enumerate(shared)]
+    opt.zero_grad()
+    x, y = batch(40 + s)
+    F.mse_loss(model(x.double()), y.double()).backward()
+    opt.step()
+    close([p.detach() for p in model.parameters()], want, 1e-9)
+if size > 1:  # one rank has nothing to combine: the plain wrapper is used, as in Horovod
+    try:
+        with opt.skip_synchronize():
+            pass
+        raise RuntimeError("skip_synchronize accepted with Adasum")
+    except AssertionError as e:
+        assert "Adasum" in str(e)
+    F.mse_loss(model(batch(50)[0].double()), batch(50)[1].double()).backward()
+    try:
+        opt.zero_grad()
+        raise RuntimeError("zero_grad accepted with changes in flight")
+    except AssertionError:
+        pass
+    opt.step()
+done.append("adasum")
 
 # 10. Adam through the wrapper keeps the replicas identical
 model = make()
@@ -343,7 +391,7 @@ print(json.dumps(done))
 def test_distributed_optimizer(size):
     results = run_ok(size, OPTIMIZER_CHECKS, timeout=180, env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
     expected = {"average", "param_groups", "skip_synchronize", "backward_passes_per_step", "groups",
-                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "buckets", "validation",
+                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "buckets", "validation", "adasum",
                 "adam_identical", "channels_last"}
     if size > 1:
         expected.add("zero_grad_assertion")

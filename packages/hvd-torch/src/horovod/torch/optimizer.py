@@ -389,6 +389,113 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super().zero_grad(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    # op=Adasum combines what each rank's optimizer would do, not the raw
+    # gradients (Horovod's "delta" scheme): when a parameter's gradient is
+    # ready, the wrapped optimizer takes a local step on that parameter alone,
+    # the change it made is reduced with Adasum while backward goes on, and
+    # step() applies the combined change to the parameter as it was before
+    # the local step. Like _DistributedOptimizer it is the first base of a
+    # class created on the fly that derives from the wrapped optimizer's class.
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, process_set):
+        super().__init__(params)
+        self._compression = compression
+        self.process_set = process_set
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        named_parameters = list(named_parameters) if named_parameters is not None else []
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        if named_parameters:
+            self._parameter_names = {v: k for k, v in named_parameters}
+        else:
+            self._parameter_names = {p: "allreduce.noname.%s" % i for i, p in enumerate(all_params)}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        # p -> (handle, compression ctx, p's value before its local step); a
+        # handle of None marks a gradient still accumulating locally.
+        self._handles = {}
+        self._hook_handles = []
+        if process_set.included():
+            for p in self._requires_update:
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(_TOO_MANY_PASSES_MESSAGE)
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] > 0:
+                self._handles[p] = (None, None, None)
+            else:
+                self._handles[p] = self._step_and_reduce_async(p)
+        return hook
+
+    def _step_and_reduce_async(self, p):
+        if p.grad is None:
+            # Not computed on this rank: the local step leaves p as it is, and
+            # the rank still takes part (with a zero change).
+            p.grad = torch.zeros_like(p)
+        start = p.detach().clone()
+        # The wrapped optimizer steps on p alone: every group is narrowed to p
+        # (or to nothing) for the duration of the call.
+        saved = [group["params"] for group in self.param_groups]
+        try:
+            for group in self.param_groups:
+                group["params"] = [q for q in group["params"] if q is p]
+            super().step()
+        finally:
+            for group, params in zip(self.param_groups, saved):
+                group["params"] = params
+        with torch.no_grad():
+            p.sub_(start)  # p now holds this rank's change, the tensor to reduce
+        compressed, ctx = self._compression.compress(p.data)
+        handle = allreduce_async_(compressed, name=self._parameter_names.get(p), op=Adasum,
+                                  process_set=self.process_set)
+        return handle, ctx, start
+
+    def synchronize(self):
+        # The reduced changes are applied in step(); gradients are never
+        # replaced, so there is nothing to wait for here.
+        pass
+
+    @contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
+        yield  # pragma: no cover - makes this a generator for contextmanager
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def step(self, closure=None):
+        """Applies the Adasum combination of every rank's local optimizer step."""
+        if not self.process_set.included():
+            return super().step(closure)  # nothing to combine with: a plain local step
+        loss = closure() if closure is not None else None
+        for p in self._requires_update:
+            if self._handles.get(p, (None,))[0] is None:
+                # Not produced by backward (yet): step and reduce it now.
+                self._handles[p] = self._step_and_reduce_async(p)
+        for p, (handle, ctx, start) in self._handles.items():
+            change = self._compression.decompress(synchronize(handle), ctx)
+            with torch.no_grad():
+                p.copy_(start.add_(change))
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        """Clears the gradients; raises an AssertionError while reductions of the
+        last backward pass are still in flight."""
+        if self._handles:
+            raise AssertionError(_ZERO_GRAD_MESSAGE)
+        return super().zero_grad(*args, **kwargs)
+
+
 def DistributedOptimizer(optimizer, named_parameters=None,
                          compression=Compression.none,
                          backward_passes_per_step=1,
@@ -435,6 +542,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
                                   allows accumulating gradients over multiple
                                   mini-batches before reducing and applying them.
         op: The reduction operation to use when combining gradients across different ranks.
+            With ``hvd.Adasum`` each rank's optimizer steps locally and the parameter
+            changes are combined with Adasum instead.
         gradient_predivide_factor: If op == Average, gradient_predivide_factor splits the averaging
                                    before and after the sum. Gradients are scaled by
                                    1.0 / gradient_predivide_factor before the sum and
@@ -463,9 +572,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
         if groups is None:
             groups = num_groups
     if op == Adasum and size() > 1:
-        # The engine has no Adasum reduction yet; say so here instead of
-        # failing in the first backward pass.
-        raise NotImplementedError("op=Adasum is not supported by hvd yet; use Average or Sum")
+        cls = type(optimizer.__class__.__name__, (_DistributedAdasumOptimizer, optimizer.__class__), {})
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, process_set)
 
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
