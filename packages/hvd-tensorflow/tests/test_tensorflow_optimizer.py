@@ -37,6 +37,12 @@ ALL = [local_grads(r) for r in range(size)]
 MEAN = [np.mean([ALL[r][i] for r in range(size)], 0) for i in range(3)]
 SUM = [np.sum([ALL[r][i] for r in range(size)], 0) for i in range(3)]
 
+def adasum_pair(a, b):  # Adasum of two ranks' values (the tests run on two ranks)
+    aa, bb, ab = np.vdot(a, a), np.vdot(b, b), np.vdot(a, b)
+    return (1 - ab / (2 * aa) if aa else 1.0) * a + (1 - ab / (2 * bb) if bb else 1.0) * b
+
+ADASUM = [adasum_pair(ALL[0][i], ALL[1][i]) for i in range(3)]
+
 def dense(g):
     return tf.convert_to_tensor(g).numpy()
 
@@ -64,6 +70,7 @@ def _():
                               (dict(gradient_predivide_factor=2.0), MEAN, 1e-12),
                               (dict(sparse_as_dense=True), MEAN, 1e-12),
                               (dict(groups=2), MEAN, 1e-12),
+                              (dict(op=hvd.Adasum, sparse_as_dense=True), ADASUM, 1e-10),
                               (dict(groups=2, sparse_as_dense=True), MEAN, 1e-12),
                               (dict(compression=hvd.Compression.fp16), MEAN, 2e-2),
                               (dict(compression=hvd.Compression.bf16, sparse_as_dense=True), MEAN, 5e-2)]:
@@ -78,6 +85,11 @@ def _():
         grads = tape_grads(num_groups=1, sparse_as_dense=True)
     assert any(issubclass(c.category, DeprecationWarning) for c in caught)
     np.testing.assert_allclose(dense(grads[0]), MEAN[0])
+    try:
+        tape_grads(op=hvd.Adasum)  # the embedding's gradient is sparse
+        raise AssertionError("Adasum accepted a sparse gradient")
+    except NotImplementedError as e:
+        assert "sparse_as_dense=True" in str(e)
     for bad in (dict(groups=-1), dict(groups="x"), dict(op=hvd.Sum, gradient_predivide_factor=2.0)):
         try:
             hvd.DistributedGradientTape(tf.GradientTape(), **bad)
@@ -230,6 +242,32 @@ def _():
                 sess.run(train)  # a new window starts from zero
                 np.testing.assert_allclose(sess.run(w), W0 - 0.5 * factor * MEAN[0], rtol=1e-12)
 
+@check("legacy_optimizer_adasum")
+def _():
+    # Each rank's Momentum step (lr 0.5: the first change is -0.5 * g), then
+    # the changes combined with Adasum; with two ranks that is one pair.
+    want = [start + adasum_pair(-0.5 * ALL[0][i], -0.5 * ALL[1][i]) for i, start in enumerate((W0, B0, E0))]
+    w, b, emb = make_vars()
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9), op=hvd.Adasum)
+    gv = opt.compute_gradients(lambda: loss_fn(w, b, emb, rank), var_list=[w, b, emb])
+    for (g, _), local in zip(gv, ALL[rank]):
+        np.testing.assert_allclose(dense(g), local, rtol=1e-12, atol=1e-12)  # not reduced
+    opt.apply_gradients(gv)
+    for v, expected in zip((w, b, emb), want):
+        np.testing.assert_allclose(v.numpy(), expected, rtol=1e-10, atol=1e-12)
+    assert opt.get_slot(b, "momentum") is not None
+    with tf.Graph().as_default():
+        w, b, emb = make_vars()
+        step = tf.compat.v1.train.get_or_create_global_step()
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9), op=hvd.Adasum)
+        train = opt.minimize(loss_fn(w, b, emb, rank), global_step=step)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            for v, expected in zip((w, b, emb), want):
+                np.testing.assert_allclose(sess.run(v), expected, rtol=1e-10, atol=1e-12)
+            assert sess.run(step) == 1
+
 @check("eager_aggregation_helper")
 def _():
     from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
@@ -282,7 +320,7 @@ def reports(tf_ranks):
 @pytest.mark.parametrize("check", [
     "tape_average_eager_and_function", "tape_options", "tape_groups_by_variable_and_structures",
     "partial_tape_local_layers", "legacy_optimizer_eager", "legacy_optimizer_graph_mode",
-    "legacy_optimizer_backward_passes_per_step", "eager_aggregation_helper"])
+    "legacy_optimizer_backward_passes_per_step", "legacy_optimizer_adasum", "eager_aggregation_helper"])
 def test_optimizer_on_two_ranks(reports, check):
     assert_ok(reports, check)
 

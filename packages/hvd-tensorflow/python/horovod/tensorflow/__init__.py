@@ -605,6 +605,57 @@ class _DistributedOptimizer(_LegacyOptimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(_LegacyOptimizer):
+    """op=Adasum for a tf.compat.v1 optimizer: each rank applies its own
+    gradients with the wrapped optimizer, and the changes this made to the
+    variables are combined across ranks with Adasum (Horovod's delta
+    optimizer). compute_gradients() therefore returns local gradients."""
+
+    def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
+                 process_set=global_process_set):
+        if name is None:
+            name = "Distributed{}".format(type(optimizer).__name__)
+        super(_DistributedAdasumOptimizer, self).__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._compression = compression
+        self.process_set = process_set
+
+    def compute_gradients(self, *args, **kwargs):
+        """The wrapped optimizer's local gradients (the combination happens in apply_gradients)."""
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Applies the local update, then replaces every variable's change by the
+        Adasum combination of all ranks' changes."""
+        grads_and_vars = list(grads_and_vars)
+        variables = [v for g, v in grads_and_vars if g is not None]
+        starts = [tf.identity(v.read_value()) for v in variables]
+        with tf.control_dependencies(starts):
+            update = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        if not self.process_set.included() or not variables:
+            return update
+        with tf.control_dependencies([update]):
+            changes = [v.read_value() - s for v, s in zip(variables, starts)]
+        compressed = [self._compression.compress(c) for c in changes]
+        combined = grouped_allreduce([c for c, _ in compressed], op=Adasum, process_set=self.process_set,
+                                     name=self._name + "_delta")
+        assigns = [v.assign(s + self._compression.decompress(c, ctx), use_locking=self._use_locking)
+                   for v, s, c, (_, ctx) in zip(variables, starts, combined, compressed)]
+        return tf.group(*assigns)
+
+    def get_slot(self, *args, **kwargs):
+        """Calls this same method on the underlying optimizer."""
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        """Calls this same method on the underlying optimizer."""
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        """Calls this same method on the underlying optimizer."""
+        return self._optimizer.variables(*args, **kwargs)
+
+
 def _is_keras_optimizer(optimizer):
     if isinstance(optimizer, tf.keras.optimizers.Optimizer):
         return True
@@ -686,8 +737,12 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
 
     if isinstance(optimizer, _LegacyOptimizer):
-        if op == Adasum:
-            raise NotImplementedError("op=Adasum is not supported by hvd's engine yet; use op=Average")
+        if op == Adasum and size() > 1:
+            if backward_passes_per_step > 1:
+                raise NotImplementedError("op=Adasum with backward_passes_per_step > 1 is not supported by hvd "
+                                          "yet for tf.compat.v1 optimizers")
+            return _DistributedAdasumOptimizer(optimizer, name=name, use_locking=use_locking,
+                                               compression=compression, process_set=process_set)
         return _DistributedOptimizer(
             optimizer=optimizer, name=name, use_locking=use_locking, device_dense=device_dense,
             device_sparse=device_sparse, compression=compression, sparse_as_dense=sparse_as_dense, op=op,
