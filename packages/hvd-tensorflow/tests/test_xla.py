@@ -84,6 +84,14 @@ def grouped(a, b):
 report["grouped_allreduce_equals_eager"] = all(
     same(c, e) for c, e in zip(jit(grouped)(x32, x32 * 2), grouped(x32, x32 * 2)))
 
+def adasum(a):
+    return hvd._allreduce(a, name="ar.adasum", op=hvd.Adasum)
+
+# Orthogonal per-rank vectors add up under Adasum; compiled equals eager.
+basis = tf.one_hot(rank, 4, dtype=tf.float32) * (rank + 1)
+report["adasum_equals_eager"] = same(jit(adasum)(basis), adasum(basis))
+report["adasum_expected"] = same(jit(adasum)(basis), tf.constant([1.0, 2.0, 0.0, 0.0]))
+
 # --- allgather: first dimension differs per rank --------------------------
 rows = rank + 1
 g32 = tf.reshape(tf.range(rows * 3, dtype=tf.float32), [rows, 3]) + 100 * rank
@@ -282,6 +290,11 @@ def test_jit_lowers_allreduce_to_side_effecting_ffi_custom_calls_named_like_the_
 
 def test_grouped_allreduce_under_jit_equals_eager(reports):
     assert all(r["grouped_allreduce_equals_eager"] for r in reports)
+
+
+def test_adasum_allreduce_under_jit_equals_eager(reports):
+    for r in reports:
+        assert r["adasum_equals_eager"] and r["adasum_expected"]
 
 
 def test_allgather_under_jit_with_different_first_dims_equals_eager(reports):
