@@ -267,6 +267,34 @@ def _():
             for v, expected in zip((w, b, emb), want):
                 np.testing.assert_allclose(sess.run(v), expected, rtol=1e-10, atol=1e-12)
             assert sess.run(step) == 1
+    # backward_passes_per_step=2: two local Momentum steps with the same
+    # gradient g (changes -0.5 g, then -0.5 * 1.9 g), combined on the second.
+    want2 = [start + adasum_pair(-1.45 * ALL[0][i], -1.45 * ALL[1][i]) for i, start in enumerate((W0, B0, E0))]
+    def check_window(run, read):
+        run()
+        for v, start, g in zip(vs, (W0, B0, E0), ALL[rank]):
+            np.testing.assert_allclose(read(v), start - 0.5 * g, rtol=1e-10, atol=1e-12)  # local only
+        run()
+        for v, expected in zip(vs, want2):  # the optimizer holds momentum 0.9 as a float32
+            np.testing.assert_allclose(read(v), expected, rtol=1e-6, atol=1e-9)
+    vs = make_vars()
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9), op=hvd.Adasum,
+                                   backward_passes_per_step=2)
+    gv = [(tf.constant(g), v) for g, v in zip(ALL[rank], vs)]
+    check_window(lambda: opt.apply_gradients(gv), lambda v: v.numpy())
+    vs = make_vars()
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9), op=hvd.Adasum,
+                                   backward_passes_per_step=2)
+    gv = [(tf.constant(g), v) for g, v in zip(ALL[rank], vs)]
+    check_window(tf.function(lambda: opt.apply_gradients(gv)), lambda v: v.numpy())
+    with tf.Graph().as_default():
+        vs = make_vars()
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9), op=hvd.Adasum,
+                                       backward_passes_per_step=2)
+        train = opt.apply_gradients([(tf.constant(g), v) for g, v in zip(ALL[rank], vs)])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            check_window(lambda: sess.run(train), sess.run)
 
 @check("eager_aggregation_helper")
 def _():

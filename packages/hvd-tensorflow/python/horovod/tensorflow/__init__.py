@@ -609,39 +609,62 @@ class _DistributedAdasumOptimizer(_LegacyOptimizer):
     """op=Adasum for a tf.compat.v1 optimizer: each rank applies its own
     gradients with the wrapped optimizer, and the changes this made to the
     variables are combined across ranks with Adasum (Horovod's delta
-    optimizer). compute_gradients() therefore returns local gradients."""
+    optimizer). compute_gradients() therefore returns local gradients. With
+    backward_passes_per_step=k the local optimizer steps k times and the
+    changes of those k steps are combined on the k-th call."""
 
     def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
-                 process_set=global_process_set):
+                 backward_passes_per_step=1, process_set=global_process_set):
         if name is None:
             name = "Distributed{}".format(type(optimizer).__name__)
         super(_DistributedAdasumOptimizer, self).__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._compression = compression
+        self._passes = backward_passes_per_step
         self.process_set = process_set
 
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's local gradients (the combination happens in apply_gradients)."""
         return self._optimizer.compute_gradients(*args, **kwargs)
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Applies the local update, then replaces every variable's change by the
-        Adasum combination of all ranks' changes."""
-        grads_and_vars = list(grads_and_vars)
-        variables = [v for g, v in grads_and_vars if g is not None]
-        starts = [tf.identity(v.read_value()) for v in variables]
-        with tf.control_dependencies(starts):
-            update = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
-        if not self.process_set.included() or not variables:
-            return update
-        with tf.control_dependencies([update]):
-            changes = [v.read_value() - s for v, s in zip(variables, starts)]
+    def _combine(self, variables, starts):
+        changes = [v.read_value() - s for v, s in zip(variables, starts)]
         compressed = [self._compression.compress(c) for c in changes]
         combined = grouped_allreduce([c for c, _ in compressed], op=Adasum, process_set=self.process_set,
                                      name=self._name + "_delta")
-        assigns = [v.assign(s + self._compression.decompress(c, ctx), use_locking=self._use_locking)
-                   for v, s, c, (_, ctx) in zip(variables, starts, combined, compressed)]
-        return tf.group(*assigns)
+        return tf.group(*[v.assign(s + self._compression.decompress(c, ctx), use_locking=self._use_locking)
+                          for v, s, c, (_, ctx) in zip(variables, starts, combined, compressed)])
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Applies the local update, then (every backward_passes_per_step calls)
+        replaces each variable's change by the Adasum combination of all ranks'
+        changes."""
+        grads_and_vars = list(grads_and_vars)
+        variables = [v for g, v in grads_and_vars if g is not None]
+        if not self.process_set.included() or not variables:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        if self._passes == 1:
+            starts = [tf.identity(v.read_value()) for v in variables]
+            with tf.control_dependencies(starts):
+                update = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+            with tf.control_dependencies([update]):
+                return self._combine(variables, starts)
+        # Several passes: where each window starts is kept in slots; a counter
+        # says where in the window this call is.
+        with tf.init_scope():  # variables live outside tf.function graphs
+            self._create_non_slot_variable(initial_value=tf.constant(0, tf.int64), name="adasum_passes",
+                                           colocate_with=variables[0])
+            starts = [self._zeros_slot(v, "adasum_start", self._name) for v in variables]
+            home = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        passes = self._get_non_slot_variable("adasum_passes", graph=home)
+        window_starts = tf.equal(passes % self._passes, 0)
+        snapshot = tf.cond(window_starts, lambda: tf.group(*[s.assign(v) for s, v in zip(starts, variables)]),
+                           tf.no_op)
+        with tf.control_dependencies([snapshot]):
+            update = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        with tf.control_dependencies([update]):
+            count = passes.assign_add(1)
+        return tf.cond(tf.equal(count % self._passes, 0), lambda: self._combine(variables, starts), tf.no_op)
 
     def get_slot(self, *args, **kwargs):
         """Calls this same method on the underlying optimizer."""
@@ -738,11 +761,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
 
     if isinstance(optimizer, _LegacyOptimizer):
         if op == Adasum and size() > 1:
-            if backward_passes_per_step > 1:
-                raise NotImplementedError("op=Adasum with backward_passes_per_step > 1 is not supported by hvd "
-                                          "yet for tf.compat.v1 optimizers")
             return _DistributedAdasumOptimizer(optimizer, name=name, use_locking=use_locking,
-                                               compression=compression, process_set=process_set)
+                                               compression=compression,
+                                               backward_passes_per_step=backward_passes_per_step,
+                                               process_set=process_set)
         return _DistributedOptimizer(
             optimizer=optimizer, name=name, use_locking=use_locking, device_dense=device_dense,
             device_sparse=device_sparse, compression=compression, sparse_as_dense=sparse_as_dense, op=op,
