@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -102,6 +103,18 @@ void Engine::start(const hvd_init_args* args) {
   config_.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", 30);
   config_.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", false);
   config_.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", true);
+  // Horovod's data-plane selector: gloo (hvd's own shared memory / TCP, the
+  // default) or mpi; ccl has no counterpart here.
+  std::string cpu_operations = env_string("HOROVOD_CPU_OPERATIONS", "");
+  std::transform(cpu_operations.begin(), cpu_operations.end(), cpu_operations.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (cpu_operations == "mpi") {
+    config_.use_mpi = true;
+  } else if (!cpu_operations.empty() && cpu_operations != "gloo") {
+    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_CPU_OPERATIONS=" + env_string("HOROVOD_CPU_OPERATIONS", "") +
+                                                 " is not supported; use gloo (hvd's shared memory and TCP, the "
+                                                 "default) or mpi");
+  }
   dynamic_process_sets_ = env_bool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (config_.peer_timeout_seconds <= 0) {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");

@@ -83,6 +83,7 @@ void ProcessSetRuntime::start() {
     options.timeout_seconds = cfg.peer_timeout_seconds;
     options.allow_shm = cfg.allow_shm;
     options.hierarchical = cfg.hierarchical;
+    options.use_mpi = cfg.use_mpi;
     comm_ = create_communicator(options, *context_.store, *context_.connections);
   }
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;

@@ -39,6 +39,7 @@ struct EngineConfig {
   double connect_timeout_seconds = 30;  // HOROVOD_GLOO_TIMEOUT_SECONDS
   bool allow_shm = true;
   bool hierarchical = true;
+  bool use_mpi = false;  // HOROVOD_CPU_OPERATIONS=mpi
   bool spin = true;  // busy-poll briefly after activity (off when oversubscribed)
 };
 

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "transport/hierarchical_communicator.h"
+#include "transport/mpi/mpi_communicator.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/tcp/tcp_communicator.h"
 
@@ -25,6 +26,7 @@ std::unique_ptr<Communicator> create_communicator(const CommOptions& options, St
                                                  std::to_string(options.hosts.size()) + " host names for " +
                                                  std::to_string(size) + " members");
   }
+  if (options.use_mpi) return create_mpi_communicator(options);
   // Members grouped by host, hosts in order of first appearance.
   std::vector<std::vector<int>> host_members;
   std::map<std::string, size_t> host_index;

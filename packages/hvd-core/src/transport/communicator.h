@@ -7,6 +7,8 @@
 //   HierarchicalCommunicator several hosts: shared memory inside each host and
 //                            TCP across hosts (allreduce: local reduce-scatter,
 //                            cross-host allreduce of each shard, local allgather)
+//   MpiCommunicator          HOROVOD_CPU_OPERATIONS=mpi: the MPI library's
+//                            collectives (transport/mpi/mpi_communicator.h)
 //
 // All calls are collective: every member calls the same method with matching
 // sizes, in the same order (the engine's negotiation guarantees that). Any
@@ -38,6 +40,7 @@ struct CommOptions {
   double timeout_seconds = 5.0;      // no progress for this long = the peer is dead
   bool allow_shm = true;             // HOROVOD_SHM_DISABLE=1 turns it off
   bool hierarchical = true;          // use HierarchicalCommunicator when several hosts
+  bool use_mpi = false;              // HOROVOD_CPU_OPERATIONS=mpi: MpiCommunicator for everything
 };
 
 class Communicator {

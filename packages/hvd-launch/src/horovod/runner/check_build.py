@@ -7,6 +7,7 @@ MPI additionally needs an ``mpirun`` on PATH.
 """
 
 import importlib
+import os
 import shutil
 from typing import Dict, List, Tuple
 
@@ -32,6 +33,14 @@ def _core_flag(core, name: str) -> bool:
         return False
 
 
+def _mpi_library_found() -> bool:
+    try:
+        from horovod.common.basics import _find_mpi_library
+    except ImportError:  # an hvd-core without the MPI data plane
+        return False
+    return _find_mpi_library() is not None
+
+
 def build_info() -> Dict[str, List[Tuple[str, bool]]]:
     """Returns ``{"frameworks"|"controllers"|"tensor_operations": [(name, available), ...]}``."""
     frameworks = [(name, _imports(module)) for name, module in FRAMEWORKS]
@@ -44,16 +53,19 @@ def build_info() -> Dict[str, List[Tuple[str, bool]]]:
     # hvd-core always has Gloo-style TCP/shared-memory transport; older cores
     # without gloo_built() are treated as having it when they import.
     gloo = core_ok and (_core_flag(core, "gloo_built") if hasattr(core, "gloo_built") else True)
-    mpi = core_ok and mpirun and (_core_flag(core, "mpi_built") if hasattr(core, "mpi_built") else True)
+    # mpirun launches the job (horovodrun --mpi); MPI tensor operations
+    # (HOROVOD_CPU_OPERATIONS=mpi) also need the libmpi hvd-core would open.
+    mpi_launch = core_ok and mpirun
+    mpi_operations = mpi_launch and (bool(os.environ.get("HVD_MPI_LIBRARY")) or _mpi_library_found())
     operations = [
         ("NCCL", core_ok and _core_flag(core, "nccl_built")),
         ("DDL", core_ok and _core_flag(core, "ddl_built")),
         ("CCL", core_ok and _core_flag(core, "ccl_built")),
-        ("MPI", mpi),
+        ("MPI", mpi_operations),
         ("Gloo", gloo),
     ]
     return {"frameworks": frameworks,
-            "controllers": [("MPI", mpi), ("Gloo", gloo)],
+            "controllers": [("MPI", mpi_launch), ("Gloo", gloo)],
             "tensor_operations": operations}
 
 

@@ -57,6 +57,18 @@ def _pump(pipe, target, prefix: bytes, with_timestamp: bool, copy_path) -> None:
             copy.close()
 
 
+def _pmi_fds():
+    # MPICH's Hydra hands each rank its PMI connection as an inherited socket
+    # (PMI_FD); the rank is our child, so that descriptor must stay open for
+    # it, or MPI_Init in the rank fails (the MPI data plane needs it).
+    try:
+        fd = int(os.environ.get("PMI_FD", ""))
+        os.fstat(fd)
+        return (fd,)
+    except (ValueError, OSError):
+        return ()
+
+
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     with_timestamp = False
@@ -83,7 +95,8 @@ def main(argv=None) -> int:
         rank_dir = os.path.join(output_dir, f"rank.{rank}")
         os.makedirs(rank_dir, exist_ok=True)
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                             pass_fds=_pmi_fds())
 
     def forward(signum, _frame):
         try:
