@@ -10,6 +10,7 @@ Usage (one host):
     python tools/allreduce_benchmark.py                      # P=2 and P=4, 4 B .. 256 MiB
     python tools/allreduce_benchmark.py --np 2 --max-size 1M --backends hvd,mpi
     python tools/allreduce_benchmark.py --quick              # smoke test, small sizes only
+    python tools/allreduce_benchmark.py --backends hvd,hvd-mpi,mpi   # also hvd over MPI
 
 Each backend runs in its own set of P fresh processes (one per rank); the
 parent only launches them and collects their timings, so no backend's state
@@ -37,7 +38,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("hvd", "gloo", "mpi")
+BACKENDS = ("hvd", "hvd-mpi", "gloo", "mpi")
 # Sizes up to this one also get the out-of-place hvd.allreduce timed: it adds an
 # output allocation per call, which only matters where latency, not bandwidth,
 # dominates.
@@ -213,7 +214,7 @@ def worker_mpi(spec):
     return rank, {"results": results}
 
 
-WORKERS = {"hvd": worker_hvd, "gloo": worker_gloo, "mpi": worker_mpi}
+WORKERS = {"hvd": worker_hvd, "hvd-mpi": worker_hvd, "gloo": worker_gloo, "mpi": worker_mpi}
 
 
 def worker_main(backend, spec_path, out_dir):
@@ -243,6 +244,10 @@ def backend_available(backend):
             import mpi4py  # noqa: F401
             if find_mpirun() is None:
                 return "mpi4py is installed but no mpirun was found"
+        elif backend == "hvd-mpi":
+            import horovod.common  # noqa: F401
+            if find_mpirun() is None or mpi_library() is None:
+                return "no mpirun with a libmpi next to it was found"
     except Exception as e:  # an import can fail with more than ImportError (e.g. a missing .so)
         return "%s: %s" % (type(e).__name__, e)
     return None
@@ -256,6 +261,9 @@ def library_version(backend):
         if backend == "gloo":
             import torch
             return "torch %s" % torch.__version__
+        if backend == "hvd-mpi":
+            import horovod
+            return "hvd %s over %s" % (getattr(horovod, "__version__", "?"), mpi_library())
         if backend == "mpi":
             import mpi4py
             from mpi4py import MPI
@@ -273,6 +281,31 @@ def find_mpirun():
     if os.access(here, os.X_OK):
         return here
     return shutil.which("mpirun")
+
+
+def mpi_library():
+    """The libmpi that belongs to find_mpirun()'s MPI (hvd-mpi opens it), or None."""
+    mpirun = find_mpirun()
+    if mpirun is None:
+        return None
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(mpirun))), "lib")
+    for name in ("libmpi.so.40", "libmpi.so.12"):
+        if os.path.exists(os.path.join(lib, name)):
+            return os.path.join(lib, name)
+    return None
+
+
+def mpirun_command(nproc):
+    mpirun = find_mpirun()
+    cmd = [mpirun, "-np", str(nproc)]
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version:
+        # --oversubscribe: P may exceed the core count (P=4 on 2 cores); Open MPI
+        # then also yields in its polling loops instead of spinning.
+        cmd += ["--oversubscribe", "--bind-to", "none"]
+    else:
+        cmd += ["-bind-to", "none"]
+    return cmd
 
 
 def free_port():
@@ -351,14 +384,14 @@ def launch(backend, nproc, spec_path, out_dir, timeout):
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-    if backend == "mpi":
+    if backend in ("mpi", "hvd-mpi"):
         env = dict(base_env)
         # Benchmarks run as root in containers; Open MPI refuses that unless told.
         env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-        # --oversubscribe: P may exceed the core count (P=4 on 2 cores); Open MPI
-        # then also yields in its polling loops instead of spinning.
-        cmd = [find_mpirun(), "-np", str(nproc), "--oversubscribe", "--bind-to", "none"]
-        cmd += _worker_cmd(backend, spec_path, out_dir)
+        if backend == "hvd-mpi":
+            # hvd's engine with MPI as its data plane (a plain mpirun job).
+            env.update({"HOROVOD_CPU_OPERATIONS": "mpi", "HVD_MPI_LIBRARY": mpi_library()})
+        cmd = mpirun_command(nproc) + _worker_cmd(backend, spec_path, out_dir)
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         try:
             return _wait_all(procs, timeout)
@@ -529,7 +562,9 @@ def main(argv=None):
     ap.add_argument("--max-size", default=None, help="largest size, e.g. 256M (default 256 MiB; 64 KiB with --quick)")
     ap.add_argument("--min-size", default="4", help="smallest size (default 4 B)")
     ap.add_argument("--step", type=int, default=4, choices=(2, 4), help="size multiplier between rows (default 4)")
-    ap.add_argument("--backends", default="hvd,gloo,mpi", help="comma-separated subset of hvd,gloo,mpi")
+    ap.add_argument("--backends", default="hvd,gloo,mpi",
+                    help="comma-separated subset of hvd,hvd-mpi,gloo,mpi (hvd-mpi: hvd's engine with "
+                         "HOROVOD_CPU_OPERATIONS=mpi under mpirun)")
     ap.add_argument("--quick", action="store_true", help="small sizes and fewer iterations (smoke test)")
     ap.add_argument("--iters-scale", type=float, default=1.0, help="multiply every iteration count by this")
     ap.add_argument("--repeat", type=int, default=1,
