@@ -521,7 +521,23 @@ def _check_common_options(op, gradient_predivide_factor, num_groups, groups):
 _LegacyOptimizer = tf.compat.v1.train.Optimizer
 
 
-class _DistributedOptimizer(_LegacyOptimizer):
+class _WrappedLegacyOptimizer(_LegacyOptimizer):
+    """Base of the tf.compat.v1 wrappers: slots and variables are the wrapped optimizer's."""
+
+    def get_slot(self, *args, **kwargs):
+        """Calls this same method on the underlying optimizer."""
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        """Calls this same method on the underlying optimizer."""
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        """Calls this same method on the underlying optimizer."""
+        return self._optimizer.variables(*args, **kwargs)
+
+
+class _DistributedOptimizer(_WrappedLegacyOptimizer):
     """An optimizer that wraps another tf.Optimizer, using an allreduce to
     combine gradient values before applying gradients to model weights."""
 
@@ -592,20 +608,8 @@ class _DistributedOptimizer(_LegacyOptimizer):
                 self._optimizer, grads_and_vars, global_step=global_step, name=name)
         return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
 
-    def get_slot(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
-        return self._optimizer.get_slot(*args, **kwargs)
 
-    def get_slot_names(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
-        return self._optimizer.get_slot_names(*args, **kwargs)
-
-    def variables(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
-        return self._optimizer.variables(*args, **kwargs)
-
-
-class _DistributedAdasumOptimizer(_LegacyOptimizer):
+class _DistributedAdasumOptimizer(_WrappedLegacyOptimizer):
     """op=Adasum for a tf.compat.v1 optimizer: each rank applies its own
     gradients with the wrapped optimizer, and the changes this made to the
     variables are combined across ranks with Adasum (Horovod's delta
@@ -665,18 +669,6 @@ class _DistributedAdasumOptimizer(_LegacyOptimizer):
         with tf.control_dependencies([update]):
             count = passes.assign_add(1)
         return tf.cond(tf.equal(count % self._passes, 0), lambda: self._combine(variables, starts), tf.no_op)
-
-    def get_slot(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
-        return self._optimizer.get_slot(*args, **kwargs)
-
-    def get_slot_names(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
-        return self._optimizer.get_slot_names(*args, **kwargs)
-
-    def variables(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
-        return self._optimizer.variables(*args, **kwargs)
 
 
 def _is_keras_optimizer(optimizer):
