@@ -1,5 +1,6 @@
 # test_errors.py - bad input and cross-rank mismatches give clear errors on
 # every rank, never a hang, and the engine stays usable afterwards.
+import json
 import subprocess
 import sys
 
@@ -165,3 +166,40 @@ print(json.dumps(out.tolist()))
     warning = results[0].stderr
     assert "Stall detected" in warning, warning
     assert "'allreduce.late_grad'" in warning and "missing rank(s) 1" in warning, warning
+
+
+def test_init_comm_must_cover_the_whole_job():
+    # Horovod's init(comm=) takes an mpi4py communicator or a list of ranks;
+    # hvd runs on the whole job, so only those covering it are accepted.
+    results = ranks.run(2, '''
+class Comm:  # what mpi4py's Intracomm offers that init() looks at
+    def __init__(self, size, rank):
+        self.size, self.rank = size, rank
+    def Get_size(self):
+        return self.size
+    def Get_rank(self):
+        return self.rank
+rank = int(os.environ["HOROVOD_RANK"])
+out = {}
+hvd.init(comm=Comm(2, rank))
+out["world_comm"] = hvd.size() == 2
+hvd.shutdown()
+hvd.init(comm=[0, 1])
+out["rank_list"] = hvd.size() == 2
+hvd.shutdown()
+for bad in (Comm(1, 0), [0]):
+    try:
+        hvd.init(comm=bad)
+        out[str(bad)] = "accepted"
+    except ValueError as e:
+        out[str(bad)] = "process_sets=" in str(e) and not hvd.is_initialized()
+try:
+    hvd.init(comm=object())
+    out["object"] = "accepted"
+except ValueError as e:
+    out["object"] = "mpi4py communicator or a list of ranks" in str(e)
+print(json.dumps(out))
+''')
+    for res in results:
+        assert res.returncode == 0, res
+        assert all(v is True for v in json.loads(res.stdout.splitlines()[-1]).values()), res.stdout

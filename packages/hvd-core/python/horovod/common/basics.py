@@ -72,8 +72,11 @@ class HorovodBasics:
         """A function that initializes Horovod.
 
         Args:
-          comm: must be None: hvd-core starts from the environment set by
-            horovodrun (or mpirun), never from an MPI communicator.
+          comm: None, or what Horovod accepts here - an mpi4py communicator or a
+            list of ranks - as long as it covers the whole job (e.g.
+            ``MPI.COMM_WORLD``): hvd-core starts from the environment horovodrun
+            or mpirun set, so a part of the job is a ValueError (use
+            process_sets= for sub-groups).
           process_sets: an optional list of ProcessSet objects to register at
             start-up (they get ids 1, 2, ...), or the string "dynamic" to allow
             hvd.add_process_set()/remove_process_set() later (same as
@@ -81,9 +84,12 @@ class HorovodBasics:
 
         Calling it again while initialized does nothing.
         """
-        if comm is not None and list(comm) != list(range(len(list(comm)))):
-            raise ValueError("hvd.init(comm=...) is not supported: hvd-core does not start from an MPI "
-                             "communicator; launch with horovodrun and use process_sets= for sub-groups")
+        if comm is not None and not hasattr(comm, "Get_size"):
+            try:
+                comm = [int(r) for r in comm]
+            except (TypeError, ValueError):
+                raise ValueError("hvd.init(comm=...) takes an mpi4py communicator or a list of ranks, got %r"
+                                 % (comm,)) from None
         if process_sets == "dynamic":
             os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
             process_sets = None
@@ -112,11 +118,28 @@ class HorovodBasics:
             args.num_process_sets = len(process_sets)
             c_api.check(library.hvd_init(ctypes.byref(args)))
             self._topology = self._read_topology()
+            if comm is not None:
+                self._check_comm_covers_the_job(comm)
             self._mpi_enabled = mpi_data_plane and self._topology.size > 1
             _process_sets._on_init(self._topology.size, process_sets)
             if not self._atexit_registered:
                 atexit.register(self.shutdown)
                 self._atexit_registered = True
+
+    def _check_comm_covers_the_job(self, comm):
+        size, rank = self._topology.size, self._topology.rank
+        if hasattr(comm, "Get_size"):
+            covers = comm.Get_size() == size and comm.Get_rank() == rank
+            what = "an MPI communicator of %d processes (this one its rank %d)" % (comm.Get_size(), comm.Get_rank())
+        else:
+            covers = comm == list(range(size))
+            what = "ranks %s" % comm
+        if not covers:
+            self._topology = None
+            c_api.check(c_api.lib().hvd_shutdown())
+            raise ValueError("hvd.init(comm=%s): this job has %d processes and hvd runs on all of them (this is "
+                             "rank %d); for a part of the job, pass process_sets= to init() or use "
+                             "hvd.add_process_set(), and give the collectives process_set=" % (what, size, rank))
 
     def _read_topology(self):
         topology = c_api.Topology(struct_size=ctypes.sizeof(c_api.Topology))
