@@ -182,3 +182,13 @@ def test_unknown_cpu_operations_and_missing_mpi_library_are_clear_errors(tmp_pat
         results = testing.run(2, "import horovod.common as hvd\nhvd.init()\n", env=env, timeout=60)
         for result in results:
             assert result.returncode != 0 and message in result.stderr, result
+
+
+@pytest.mark.mpi
+def test_training_example_over_mpi(mpi_bin):
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "numpy",
+                          "train_logistic_regression.py")
+    result = horovodrun("--mpi", "-np", 2, sys.executable, script, "--epochs", "3",
+                        env=mpi_env(mpi_bin, HOROVOD_CPU_OPERATIONS="mpi"), timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "done: 2 ranks trained identical replicas" in result.stdout, result.stdout
