@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -192,3 +193,22 @@ def test_training_example_over_mpi(mpi_bin):
                         env=mpi_env(mpi_bin, HOROVOD_CPU_OPERATIONS="mpi"), timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "done: 2 ranks trained identical replicas" in result.stdout, result.stdout
+
+
+@pytest.mark.mpi
+def test_a_killed_rank_ends_an_mpi_data_plane_job_within_seconds(mpi_bin):
+    # A blocked MPI call cannot be interrupted: ending the job is mpirun's
+    # and horovodrun's part, and it must still be prompt and name the rank.
+    code = ("import os, signal, numpy as np, horovod.common as hvd\n"
+            "hvd.init()\n"
+            "x = np.ones(1 << 18, np.float32)\n"
+            "for i in range(100000):\n"
+            "    if hvd.rank() == 1 and i == 20:\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    hvd.allreduce(x, op=hvd.Sum, name='x')\n")
+    start = time.monotonic()
+    result = horovodrun("--mpi", "-np", 2, sys.executable, "-c", code,
+                        env=mpi_env(mpi_bin, HOROVOD_CPU_OPERATIONS="mpi"), timeout=120)
+    assert time.monotonic() - start < 30
+    assert result.returncode == 128 + 9, result.stderr
+    assert "job failed: rank 1 (host localhost, local rank 1) was killed by signal 9" in result.stderr
