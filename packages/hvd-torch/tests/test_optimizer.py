@@ -297,44 +297,53 @@ def adasum_tree(vs):
         stride *= 2
     return vs[0]
 
-model = make().double()
-sims = [copy.deepcopy(model) for _ in range(size)]
-sim_opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in sims]
-opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                               named_parameters=model.named_parameters(), op=hvd.Adasum)
-assert isinstance(opt, torch.optim.SGD)
-for s in range(3):
-    shared = [p.detach().clone() for p in model.parameters()]
-    deltas = []
-    for r, (m, o) in enumerate(zip(sims, sim_opts)):
-        with torch.no_grad():
-            for p, v in zip(m.parameters(), shared):
-                p.copy_(v)
-        o.zero_grad()
-        x, y = batch(40 + s, r)
-        F.mse_loss(m(x.double()), y.double()).backward()
-        o.step()
-        deltas.append([p.detach() - v for p, v in zip(m.parameters(), shared)])
-    want = [v + adasum_tree([d[i] for d in deltas]) for i, v in enumerate(shared)]
-    opt.zero_grad()
-    x, y = batch(40 + s)
-    F.mse_loss(model(x.double()), y.double()).backward()
-    opt.step()
-    close([p.detach() for p in model.parameters()], want, 1e-9)
-if size > 1:  # one rank has nothing to combine: the plain wrapper is used, as in Horovod
-    try:
-        with opt.skip_synchronize():
-            pass
-        raise RuntimeError("skip_synchronize accepted with Adasum")
-    except AssertionError as e:
-        assert "Adasum" in str(e)
-    F.mse_loss(model(batch(50)[0].double()), batch(50)[1].double()).backward()
-    try:
+def adasum_run(bucket_mb):
+    # bucket_mb "0": one reduction per parameter; default: one bucket for all four
+    os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = bucket_mb
+    model = make().double()
+    sims = [copy.deepcopy(model) for _ in range(size)]
+    sim_opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in sims]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB")
+    assert isinstance(opt, torch.optim.SGD)
+    for s in range(3):
+        shared = [p.detach().clone() for p in model.parameters()]
+        deltas = []
+        for r, (m, o) in enumerate(zip(sims, sim_opts)):
+            with torch.no_grad():
+                for p, v in zip(m.parameters(), shared):
+                    p.copy_(v)
+            o.zero_grad()
+            x, y = batch(40 + s, r)
+            F.mse_loss(m(x.double()), y.double()).backward()
+            o.step()
+            deltas.append([p.detach() - v for p, v in zip(m.parameters(), shared)])
+        want = [v + adasum_tree([d[i] for d in deltas]) for i, v in enumerate(shared)]
         opt.zero_grad()
-        raise RuntimeError("zero_grad accepted with changes in flight")
-    except AssertionError:
-        pass
-    opt.step()
+        x, y = batch(40 + s)
+        F.mse_loss(model(x.double()), y.double()).backward()
+        opt.step()
+        close([p.detach() for p in model.parameters()], want, 1e-9)
+    if size > 1:  # one rank has nothing to combine: the plain wrapper is used, as in Horovod
+        assert sorted(len(b) for b in opt._buckets) == ([1, 1, 1, 1] if bucket_mb == "0" else [4])
+        try:
+            with opt.skip_synchronize():
+                pass
+            raise RuntimeError("skip_synchronize accepted with Adasum")
+        except AssertionError as e:
+            assert "Adasum" in str(e)
+        F.mse_loss(model(batch(50)[0].double()), batch(50)[1].double()).backward()
+        try:
+            opt.zero_grad()
+            raise RuntimeError("zero_grad accepted with changes in flight")
+        except AssertionError:
+            pass
+        opt.step()
+    return model
+
+adasum_run("0")
+model = adasum_run("2")
 done.append("adasum")
 
 # 10. Adam through the wrapper keeps the replicas identical

@@ -391,12 +391,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     # op=Adasum combines what each rank's optimizer would do, not the raw
-    # gradients (Horovod's "delta" scheme): when a parameter's gradient is
-    # ready, the wrapped optimizer takes a local step on that parameter alone,
-    # the change it made is reduced with Adasum while backward goes on, and
-    # step() applies the combined change to the parameter as it was before
-    # the local step. Like _DistributedOptimizer it is the first base of a
-    # class created on the fly that derives from the wrapped optimizer's class.
+    # gradients (Horovod's "delta" scheme): when the gradients of a bucket of
+    # parameters are ready (the same static buckets as _DistributedOptimizer's,
+    # or one parameter each with HOROVOD_GRADIENT_BUCKET_MB=0), the wrapped
+    # optimizer takes a local step on those parameters alone, the changes it
+    # made are reduced with Adasum (each tensor with its own weights) while
+    # backward goes on, and step() applies the combined changes to the
+    # parameters as they were before the local step. Like
+    # _DistributedOptimizer it is the first base of a class created on the
+    # fly that derives from the wrapped optimizer's class.
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, process_set):
         super().__init__(params)
@@ -413,13 +416,20 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             self._parameter_names = {p: "allreduce.noname.%s" % i for i, p in enumerate(all_params)}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
-        self._requires_update = [p for p in all_params if p.requires_grad]
-        # p -> (handle, compression ctx, p's value before its local step); a
-        # handle of None marks a gradient still accumulating locally.
+        requires_update = [p for p in all_params if p.requires_grad]
+        limit = _bucket_bytes()
+        if limit > 0:
+            self._buckets = [tuple(b) for b in _buckets(requires_update, limit)]
+        else:
+            self._buckets = [(p,) for p in reversed(requires_update)]
+        self._bucket_of = {p: b for b in self._buckets for p in b}
+        self._ready = {b: 0 for b in self._buckets}
+        # bucket -> (handle, compression ctxs, values before the local step); a
+        # handle of None marks a bucket whose gradients are not all ready yet.
         self._handles = {}
         self._hook_handles = []
         if process_set.included():
-            for p in self._requires_update:
+            for p in requires_update:
                 self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
 
     def _make_hook(self, p):
@@ -427,34 +437,45 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             if self._allreduce_delay[p] <= 0:
                 raise AssertionError(_TOO_MANY_PASSES_MESSAGE)
             self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
-                self._handles[p] = (None, None, None)
+            bucket = self._bucket_of[p]
+            if self._allreduce_delay[p] == 0:
+                self._ready[bucket] += 1
+            if self._ready[bucket] == len(bucket):
+                self._handles[bucket] = self._step_and_reduce_async(bucket)
             else:
-                self._handles[p] = self._step_and_reduce_async(p)
+                self._handles[bucket] = (None, None, None)
         return hook
 
-    def _step_and_reduce_async(self, p):
-        if p.grad is None:
-            # Not computed on this rank: the local step leaves p as it is, and
-            # the rank still takes part (with a zero change).
-            p.grad = torch.zeros_like(p)
-        start = p.detach().clone()
-        # The wrapped optimizer steps on p alone: every group is narrowed to p
-        # (or to nothing) for the duration of the call.
+    def _step_and_reduce_async(self, bucket):
+        for p in bucket:
+            if p.grad is None:
+                # Not computed on this rank: the local step leaves p as it is
+                # (for plain SGD), and the rank still takes part.
+                p.grad = torch.zeros_like(p)
+        starts = [p.detach().clone() for p in bucket]
+        # The wrapped optimizer steps on the bucket alone: every group is
+        # narrowed to its members in the bucket for the duration of the call.
+        members = {id(p) for p in bucket}
         saved = [group["params"] for group in self.param_groups]
         try:
             for group in self.param_groups:
-                group["params"] = [q for q in group["params"] if q is p]
+                group["params"] = [q for q in group["params"] if id(q) in members]
             super().step()
         finally:
             for group, params in zip(self.param_groups, saved):
                 group["params"] = params
+        compressed, ctxs = [], []
         with torch.no_grad():
-            p.sub_(start)  # p now holds this rank's change, the tensor to reduce
-        compressed, ctx = self._compression.compress(p.data)
-        handle = allreduce_async_(compressed, name=self._parameter_names.get(p), op=Adasum,
-                                  process_set=self.process_set)
-        return handle, ctx, start
+            for p, start in zip(bucket, starts):
+                p.sub_(start)  # p now holds this rank's change, the tensor to reduce
+                c, ctx = self._compression.compress(p.data)
+                compressed.append(c)
+                ctxs.append(ctx)
+        name = self._parameter_names.get(bucket[0])
+        if len(bucket) > 1:
+            name = "%s.group%d" % (name, len(bucket))
+        handle = grouped_allreduce_async_(compressed, name=name, op=Adasum, process_set=self.process_set)
+        return handle, ctxs, starts
 
     def synchronize(self):
         # The reduced changes are applied in step(); gradients are never
@@ -476,15 +497,16 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             return super().step(closure)  # nothing to combine with: a plain local step
         loss = closure() if closure is not None else None
-        for p in self._requires_update:
-            if self._handles.get(p, (None,))[0] is None:
-                # Not produced by backward (yet): step and reduce it now.
-                self._handles[p] = self._step_and_reduce_async(p)
-        for p, (handle, ctx, start) in self._handles.items():
-            change = self._compression.decompress(synchronize(handle), ctx)
-            with torch.no_grad():
-                p.copy_(start.add_(change))
-            self._allreduce_delay[p] = self.backward_passes_per_step
+        for bucket in self._buckets:
+            if self._handles.get(bucket, (None,))[0] is None:
+                # Not (all) produced by backward: step and reduce it now.
+                self._handles[bucket] = self._step_and_reduce_async(bucket)
+        for bucket, (handle, ctxs, starts) in self._handles.items():
+            for p, change, ctx, start in zip(bucket, synchronize(handle), ctxs, starts):
+                with torch.no_grad():
+                    p.copy_(start.add_(self._compression.decompress(change, ctx)))
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            self._ready[bucket] = 0
         self._handles.clear()
         return loss
 
