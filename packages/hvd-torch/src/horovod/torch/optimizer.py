@@ -86,6 +86,30 @@ def _split_list(items, n):
     return [g for g in out if g]
 
 
+def _parameter_names(named_parameters, all_params):
+    """{parameter: the name its reductions carry}, validating named_parameters as Horovod does."""
+    named_parameters = list(named_parameters) if named_parameters is not None else []
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. "
+                         "Found duplicates: %s" % ", ".join(dups))
+    if not named_parameters:
+        # Numbered across all param groups (not per group) so that two
+        # groups never produce the same in-flight tensor name.
+        return {p: "allreduce.noname.%s" % i for i, p in enumerate(all_params)}
+    named_ids = {id(v) for _, v in named_parameters}
+    unnamed = [id(p) for p in all_params if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model "
+                         "parameters were not named. Python object ids: "
+                         "%s" % ", ".join(str(i) for i in unnamed))
+    return {v: k for k, v in named_parameters}
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     # Used only as the first base of the dynamically created class (see
     # DistributedOptimizer below): super() then resolves to the wrapped
@@ -101,30 +125,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
 
         all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = []
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. "
-                             "Found duplicates: %s" % ", ".join(dups))
-        if named_parameters:
-            named_ids = {id(v) for _, v in named_parameters}
-            unnamed = [id(p) for p in all_params if id(p) not in named_ids]
-            if unnamed:
-                raise ValueError("named_parameters was specified, but one or more model "
-                                 "parameters were not named. Python object ids: "
-                                 "%s" % ", ".join(str(i) for i in unnamed))
-            self._parameter_names = {v: k for k, v in named_parameters}
-        else:
-            # Numbered across all param groups (not per group) so that two
-            # groups never produce the same in-flight tensor name.
-            self._parameter_names = {p: "allreduce.noname.%s" % i for i, p in enumerate(all_params)}
+        self._parameter_names = _parameter_names(named_parameters, all_params)
 
         if groups is not None:
             if isinstance(groups, list):
@@ -406,14 +407,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         self._compression = compression
         self.process_set = process_set
         all_params = [p for group in self.param_groups for p in group["params"]]
-        named_parameters = list(named_parameters) if named_parameters is not None else []
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        if named_parameters:
-            self._parameter_names = {v: k for k, v in named_parameters}
-        else:
-            self._parameter_names = {p: "allreduce.noname.%s" % i for i, p in enumerate(all_params)}
+        self._parameter_names = _parameter_names(named_parameters, all_params)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         requires_update = [p for p in all_params if p.requires_grad]
