@@ -404,6 +404,45 @@ report["alltoall"] = out.device == device and out.eq(float(rank)).all().item()
 g = x.clone().requires_grad_()
 hvd.allreduce(g, op=hvd.Sum).sum().backward()
 report["autograd"] = g.grad.device == device and g.grad.eq(float(size)).all().item()
+for dtype in (torch.float16, torch.bfloat16, torch.int64):
+    out = hvd.allreduce(torch.full((3,), rank + 1, dtype=dtype, device=device), op=hvd.Sum, name="dt%s" % dtype)
+    report["allreduce_%s" % dtype] = out.dtype == dtype and out.device == device and out.eq(total).all().item()
+report["adasum"] = hvd.allreduce(torch.tensor([1.0, -2.0], device=device), op=hvd.Adasum).tolist() == [1.0, -2.0]
+gathered = hvd.allgather_object({"rank": rank})
+report["allgather_object"] = [o["rank"] for o in gathered] == list(range(size))
+
+# Training a CUDA model: parameters broadcast from rank 0, gradients averaged
+# by DistributedOptimizer; every rank ends with the same parameters, equal to
+# one process stepping on the mean gradient.
+torch.manual_seed(rank)  # different initial weights: the broadcast must fix them
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+reference = [p.detach().clone() for p in model.parameters()]
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                               named_parameters=model.named_parameters())
+hvd.broadcast_optimizer_state(opt, root_rank=0)
+data = torch.randn(size, 4, 8, generator=torch.Generator().manual_seed(3)).to(device)
+target = torch.randn(size, 4, 1, generator=torch.Generator().manual_seed(4)).to(device)
+opt.zero_grad()
+torch.nn.functional.mse_loss(model(data[rank]), target[rank]).backward()
+opt.step()
+ref_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
+with torch.no_grad():
+    for p, r in zip(ref_model.parameters(), reference):
+        p.copy_(r)
+ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
+# The mean of the ranks' losses has the mean gradient.
+sum(torch.nn.functional.mse_loss(ref_model(data[r]), target[r]) for r in range(size)).div(size).backward()
+ref_opt.step()
+report["optimizer"] = all(p.device == device and torch.allclose(p, q, atol=1e-6)
+                          for p, q in zip(model.parameters(), ref_model.parameters()))
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+everyone = hvd.allgather(flat.unsqueeze(0))
+report["replicas_equal"] = all(torch.equal(everyone[0], e) for e in everyone)
+
+# torch.compile with a collective inside, on CUDA tensors.
+step = torch.compile(lambda t: hvd.allreduce(t * 2, op=hvd.Sum) + 1, fullgraph=True)
+report["compile"] = step(x).eq(2 * total + 1).all().item()
 print(json.dumps(report))
 '''
 
