@@ -4,6 +4,7 @@
 # skipped elsewhere) and times CUDA allreduces through horovod.torch.
 #
 #   tools/gpu_check.sh [OUT_DIR]      # logs go to OUT_DIR (default: /tmp)
+#   HVD_GPU_TESTS=cuda tools/gpu_check.sh   # only the tests matching pytest -k cuda
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${1:-/tmp}"
@@ -18,7 +19,7 @@ export HVD_CORE_LIBRARY="$BUILD/libhvd_core.so"
 export PYTHONPATH="$ROOT/packages/hvd-core/python:$ROOT/packages/hvd-launch/src:$ROOT/packages/hvd-torch/src"
 
 echo "== hvd-torch tests with a GPU present"
-"$PY" -m pytest -q -p no:cacheprovider -rs "$ROOT/packages/hvd-torch/tests" 2>&1 | tee "$OUT/torch_tests.log" | tail -15
+"$PY" -m pytest -q -p no:cacheprovider -rs ${HVD_GPU_TESTS:+-k "$HVD_GPU_TESTS"} "$ROOT/packages/hvd-torch/tests" 2>&1 | tee "$OUT/torch_tests.log" | tail -15
 
 echo "== CUDA allreduce through horovod.torch (host staging), P=2 on one GPU"
 cat > "$BUILD/cuda_allreduce_timing.py" <<'EOF'

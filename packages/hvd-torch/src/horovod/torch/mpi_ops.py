@@ -95,6 +95,12 @@ def _to_host(tensor):
         return tensor
     if not tensor.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
+    if tensor.is_cuda:
+        # Page-locked memory from torch's caching host allocator: copies at
+        # full bus speed, and the buffer is reused by later calls.
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor.detach())
+        return host
     return tensor.detach().to("cpu")
 
 
@@ -140,7 +146,8 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
     themselves); synchronize() returns outputs[0] when `single`, else the list."""
     ps_id = _process_set_id(process_set)
     hosts = [_to_host(t) for t in tensors]
-    host_outs = [h if o is t else _to_host(o) for t, o, h in zip(tensors, outputs, hosts)]
+    # A staged input is a private copy: reduce into it, then copy to the output.
+    host_outs = [h if o is t or h is not t else _to_host(o) for t, o, h in zip(tensors, outputs, hosts)]
     inputs = [_describe(h) for h in hosts]
     outs = [_describe(o) for o in host_outs]
     c_handle, keepalive = enqueue(c_api.ALLREDUCE, inputs, _tensor_names(collective, name, len(tensors)), ps_id,
@@ -165,7 +172,8 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
     """
     host = tensor if isinstance(tensor, torch.Tensor) and tensor.is_cpu else _to_host(tensor)
     desc = _describe(host)
-    if output is tensor and host is tensor:
+    if (output is tensor and host is tensor) or host is not tensor:
+        # In place, or a staged (private) copy of a device tensor.
         host_out, out_desc = host, desc
     else:
         host_out = torch.empty_like(host)  # contiguous: `host` passed _describe
