@@ -16,6 +16,7 @@ import torch
 
 from horovod.torch.compression import Compression
 from horovod.common.process_sets import global_process_set
+from horovod.common.util import split_list
 from horovod.torch.mpi_ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_, size, synchronize
 
 try:
@@ -71,19 +72,6 @@ def _buckets(params, limit):
     if current:
         out.append(current)
     return out
-
-
-def _split_list(items, n):
-    # Contiguous, nearly equal chunks (the first ones one longer), so that
-    # parameters that finish backward close together share a group.
-    n = max(1, min(n, len(items)))
-    base, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + base + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return [g for g in out if g]
 
 
 def _parameter_names(named_parameters, all_params):
@@ -180,7 +168,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     grouped.update(id(p) for p in members)
                 p_groups += [[p] for p in p_list if id(p) not in grouped]
             else:
-                p_groups = _split_list(p_list, self._groups)
+                # Contiguous, nearly equal chunks, so that parameters that
+                # finish backward close together share a group.
+                p_groups = split_list(p_list, min(self._groups, len(p_list))) if p_list else []
         elif self._bucket_bytes > 0 and len(p_list) > 1:
             # A bucket of one (a gradient above the limit) stays a plain allreduce.
             p_groups = [g for g in _buckets(p_list, self._bucket_bytes) if len(g) > 1]
