@@ -7,12 +7,12 @@
 # collectives.
 """Shared implementation of horovod.tensorflow.keras and horovod.keras."""
 
-import warnings
 
 import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
+from horovod.common.util import split_list
 from horovod.tensorflow.mpi_ops import Adasum, Average, global_process_set
 
 # The three optimizer families this module knows how to wrap. They differ in
@@ -42,19 +42,6 @@ def optimizer_family(optimizer):
     if hasattr(optimizer, "apply_gradients"):
         return TF_KERAS
     raise ValueError("hvd.DistributedOptimizer: %r is not a Keras optimizer" % (optimizer,))
-
-
-def _split_evenly(items, n):
-    # Contiguous, nearly equal chunks: gradients computed close together in
-    # backward share a group.
-    n = max(1, min(n, len(items)))
-    base, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + base + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return [chunk for chunk in out if chunk]
 
 
 class _GradientReducer:
@@ -134,7 +121,9 @@ class _GradientReducer:
             if self.groups is None:
                 singles += dense
             elif isinstance(self.groups, int):
-                grouped = _split_evenly(dense, self.groups)
+                # Contiguous chunks: gradients computed close together in
+                # backward share a group.
+                grouped = split_list(dense, min(self.groups, len(dense))) if dense else []
             else:
                 position = {id(t[2]): t for t in dense}
                 taken = set()
@@ -325,18 +314,9 @@ def _distributed_class(base, family):
 
 def _check_arguments(op, gradient_predivide_factor, average_aggregated_gradients, num_groups, groups,
                      backward_passes_per_step):
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    groups = hvd._check_common_options(op, gradient_predivide_factor, num_groups, groups)
     if op == Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
-    if num_groups != 0:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
-                      DeprecationWarning)
-        if groups is None:
-            groups = num_groups
-    if groups is not None:
-        if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
-            raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     return groups

@@ -50,28 +50,27 @@ class BroadcastGlobalVariablesCallbackImpl:
 
         broadcast_all()
 
+    def _model_and_optimizer_variables(self):
+        variables = _model_variables(self.model)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            variables += tf_variables(optimizer_variables(optimizer))
+        return variables
+
     def on_train_begin(self, logs=None):
         # Keras 3 builds the model and the optimizer before training starts:
         # broadcasting now makes even the first step start from rank 0's
         # weights (a step taken from different weights would mix them).
         if self.broadcast_done or not getattr(self.model, "built", True):
             return
-        variables = _model_variables(self.model)
-        optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None:
-            variables += tf_variables(optimizer_variables(optimizer))
-        self._broadcast(variables)
+        self._broadcast(self._model_and_optimizer_variables())
 
     def on_batch_end(self, batch, logs=None):
         # As Horovod: after the first batch, when every lazily created
         # variable (tf-keras optimizer slots, subclassed models) exists.
         if self.broadcast_done:
             return
-        variables = _model_variables(self.model)
-        optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None:
-            variables += tf_variables(optimizer_variables(optimizer))
-        self._broadcast(variables)
+        self._broadcast(self._model_and_optimizer_variables())
         self.broadcast_done = True
 
 
