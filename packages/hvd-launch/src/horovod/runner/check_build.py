@@ -7,7 +7,6 @@ MPI additionally needs an ``mpirun`` on PATH.
 """
 
 import importlib
-import os
 import shutil
 from typing import Dict, List, Tuple
 
@@ -56,7 +55,7 @@ def build_info() -> Dict[str, List[Tuple[str, bool]]]:
     # mpirun launches the job (horovodrun --mpi); MPI tensor operations
     # (HOROVOD_CPU_OPERATIONS=mpi) also need the libmpi hvd-core would open.
     mpi_launch = core_ok and mpirun
-    mpi_operations = mpi_launch and (bool(os.environ.get("HVD_MPI_LIBRARY")) or _mpi_library_found())
+    mpi_operations = mpi_launch and _mpi_library_found()
     operations = [
         ("NCCL", core_ok and _core_flag(core, "nccl_built")),
         ("DDL", core_ok and _core_flag(core, "ddl_built")),
