@@ -217,6 +217,12 @@ class _Worker:
         return WorkerExit(self.command.label, code, None, stopped, host)
 
 
+# How long an error exit waits for a peer's death by a signal to show up
+# (a guard reports its worker's death within ~100 ms; this leaves margin on
+# a loaded machine).
+_SIGNAL_DEATH_WINDOW_SECONDS = 1.0
+
+
 def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
             on_failure=None, verbose: bool = False, failure_probe=None) -> JobResult:
     """Starts ``commands``, forwards their output, and waits for all of them.
@@ -251,6 +257,12 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
 
     exits: Dict[str, WorkerExit] = {}
     first_failure: Optional[WorkerExit] = None
+    # A rank that exits with an error may only be reacting to a peer that was
+    # killed (its connection closed); the killed rank's guard reports a little
+    # later. An error exit is therefore named the cause only if no rank dies
+    # by a signal within this window.
+    suspect: Optional[WorkerExit] = None
+    suspect_since = 0.0
     stopping = False
     kill_after = grace_seconds() + _GUARD_SLACK_SECONDS
     try:
@@ -267,16 +279,19 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
                     exits[worker.command.label] = status
                     if status.failed:
                         newly_failed.append(status)
-            if newly_failed and first_failure is None and not stopping:
-                # Several ranks found dead in one poll: one killed by a signal is
-                # the cause, since its peers notice its death within milliseconds
-                # and exit with an error of their own.
-                cause = min(newly_failed, key=lambda s: s.signal is None)
-                # mpirun's exit hides which rank failed; the probe knows.
-                reported = failure_probe(force=True) if failure_probe else None
-                first_failure = reported or cause
-                if on_failure is not None:
-                    on_failure(first_failure)
+            if first_failure is None and not stopping:
+                killed = [s for s in newly_failed if s.signal is not None]
+                if suspect is None and newly_failed and not killed:
+                    suspect, suspect_since = newly_failed[0], time.monotonic()
+                window_over = (time.monotonic() - suspect_since >= _SIGNAL_DEATH_WINDOW_SECONDS
+                               or all(w.process is None or w.command.label in exits for w in workers))
+                cause = killed[0] if killed else (suspect if window_over else None)
+                if cause is not None:
+                    # mpirun's exit hides which rank failed; the probe knows.
+                    reported = failure_probe(force=True) if failure_probe else None
+                    first_failure = reported or cause
+                    if on_failure is not None:
+                        on_failure(first_failure)
             if first_failure is None and not stopping and failure_probe is not None:
                 reported = failure_probe()
                 if reported is not None:
