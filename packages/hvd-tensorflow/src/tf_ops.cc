@@ -151,6 +151,7 @@ class CollectiveOp : public AsyncOpKernel {
     args.process_set_id = static_cast<int32_t>(process_set_id_);
     args.reduce_op = static_cast<int32_t>(reduce_op_);
     args.root_rank = static_cast<int32_t>(root_rank_);
+    args.flags = HVD_ENQUEUE_ROOT_RANK_GLOBAL;  // Horovod's global root, also on process sets
     args.prescale_factor = prescale_;
     args.postscale_factor = postscale_;
     args.tensors = call->args.data();
@@ -517,7 +518,7 @@ REGISTER_OP("HorovodBroadcast")
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(same_shape)
-    .Doc("Returns `tensor` as sent by `root_rank` (a rank of the process set).");
+    .Doc("Returns `tensor` as sent by `root_rank` (a global rank that belongs to the process set).");
 
 REGISTER_OP("HorovodBroadcastInplaceResource")
     .Attr("T: " HVD_ALL_TYPES)

@@ -171,7 +171,8 @@ struct Outcome {
 // engine itself: HVD_ENQUEUE_CALLER_WAITS).
 absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args, Outcome* outcome = nullptr) {
   args->struct_size = HVD_ENQUEUE_ARGS_STRUCT_SIZE;
-  args->flags |= HVD_ENQUEUE_CALLER_WAITS;
+  // root_rank is Horovod's global rank, also on process sets.
+  args->flags |= HVD_ENQUEUE_CALLER_WAITS | HVD_ENQUEUE_ROOT_RANK_GLOBAL;
   hvd_handle* raw = nullptr;
   if (ErrorPtr e{hvd_enqueue(args, &raw)}) return ToStatus(op_type, e.get());
   HandlePtr handle(raw);

@@ -238,7 +238,10 @@ if even.included():
     x = tf.constant([float(r)])
     out["sum"] = ops._allreduce(x, op=ops.Sum, process_set=even).numpy().tolist()
     out["gather"] = ops.allgather(x, process_set=even).numpy().tolist()
-    out["bcast"] = ops.broadcast(x, root_rank=1, process_set=even).numpy().tolist()
+    out["bcast"] = ops.broadcast(x, root_rank=2, process_set=even).numpy().tolist()  # a global rank
+    v = tf.Variable([float(r)])
+    ops.broadcast_([v], root_rank=2, process_set=even)
+    out["bcast_"] = v.numpy().tolist()
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = ops._allreduce(x, op=ops.Sum, process_set=even)
@@ -255,6 +258,7 @@ print(json.dumps(out))
     for r in (0, 2):
         assert reports[r]["sum"] == [2.0] and reports[r]["gather"] == [0.0, 2.0]
         assert reports[r]["bcast"] == [2.0] and reports[r]["grad"] == [2.0]
+        assert reports[r]["bcast_"] == [2.0]
         assert reports[r]["included"] == 1
     assert "not a member" in reports[1]["error"] or "not included" in reports[1]["error"], reports[1]
     assert reports[1]["included"] == 0

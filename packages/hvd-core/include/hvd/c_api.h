@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 1
+#define HVD_API_MINOR 2
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -242,7 +242,10 @@ typedef struct hvd_enqueue_args {
   int32_t collective;     /* an hvd_collective */
   int32_t process_set_id; /* 0: the global set */
   int32_t reduce_op;      /* an hvd_reduce_op: allreduce, reducescatter */
-  int32_t root_rank;      /* broadcast: root, as a rank of the process set */
+  /* broadcast: the root. A rank of the process set (0..size-1) unless flags
+   * has HVD_ENQUEUE_ROOT_RANK_GLOBAL: then a global rank, which must be a
+   * member of the process set (Horovod's meaning). */
+  int32_t root_rank;
   double prescale_factor;  /* allreduce, reducescatter: multiply inputs; 0 means 1 */
   double postscale_factor; /* allreduce, reducescatter: multiply results; 0 means 1 */
   /* One tensor, or several for a grouped collective: a group is negotiated
@@ -264,7 +267,9 @@ typedef enum hvd_enqueue_flags {
    * its background thread for this request (a thread hand-off costs more
    * than a small collective). Without the wait the operation still
    * completes, but may be delayed by up to 100 ms. */
-  HVD_ENQUEUE_CALLER_WAITS = 1
+  HVD_ENQUEUE_CALLER_WAITS = 1,
+  /* Since 1.2: root_rank is a global rank (see hvd_enqueue_args). */
+  HVD_ENQUEUE_ROOT_RANK_GLOBAL = 2
 } hvd_enqueue_flags;
 
 /* Validates the arguments and queues the operation; returns at once.

@@ -2,6 +2,7 @@
 // HVD_API_END so no C++ exception crosses the boundary: errors become
 // hvd_error objects. Argument structs are read up to the caller's
 // struct_size, so callers built against an older minor keep working.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -94,7 +95,15 @@ void check_tensor(const DLTensor* t, const std::string& what) {
   }
 }
 
-hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set) {
+// "0, 2, 4" - at most the first 16 ranks, so a big process set stays readable.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) out += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return out;
+}
+
+hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, int world_size) {
   require_struct(args->struct_size, offsetof(hvd_enqueue_args, num_tensors) + sizeof(size_t), "hvd_enqueue_args");
   auto collective = static_cast<Collective>(args->collective);
   if (args->collective < HVD_ALLREDUCE || args->collective > HVD_JOIN) {
@@ -107,7 +116,24 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set) {
   if (collective == Collective::kReducescatter && args->reduce_op == HVD_OP_ADASUM) {
     throw_error(ErrorCode::kUnsupported, "reducescatter does not support op=Adasum; use Average or Sum");
   }
-  if (collective == Collective::kBroadcast && (args->root_rank < 0 || args->root_rank >= set.size())) {
+  const uint32_t flags = HVD_FIELD(args, flags, 0u);
+  // The engine works with the root's position in the process set.
+  int32_t root_member = args->root_rank;
+  if (collective == Collective::kBroadcast && (flags & HVD_ENQUEUE_ROOT_RANK_GLOBAL) != 0) {
+    const auto& ranks = set.ranks();
+    auto it = std::find(ranks.begin(), ranks.end(), args->root_rank);
+    if (args->root_rank < 0 || args->root_rank >= world_size) {
+      throw_error(ErrorCode::kInvalidArgument, "broadcast root_rank " + std::to_string(args->root_rank) +
+                                                   " is out of range: the job has " + std::to_string(world_size) +
+                                                   " ranks");
+    }
+    if (it == ranks.end()) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  "broadcast root_rank " + std::to_string(args->root_rank) + " is not a member of process set " +
+                      std::to_string(set.id()) + " (ranks " + rank_list(ranks) + "); root_rank is a global rank");
+    }
+    root_member = static_cast<int32_t>(it - ranks.begin());
+  } else if (collective == Collective::kBroadcast && (root_member < 0 || root_member >= set.size())) {
     throw_error(ErrorCode::kInvalidArgument,
                 "broadcast root_rank " + std::to_string(args->root_rank) + " is out of range: process set " +
                     std::to_string(set.id()) + " has " + std::to_string(set.size()) + " ranks");
@@ -127,13 +153,13 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set) {
   h->alloc_ctx = HVD_FIELD(args, alloc_ctx, nullptr);
   h->on_done = HVD_FIELD(args, on_done, nullptr);
   h->on_done_ctx = HVD_FIELD(args, on_done_ctx, nullptr);
-  h->caller_waits = (HVD_FIELD(args, flags, 0u) & HVD_ENQUEUE_CALLER_WAITS) != 0;
+  h->caller_waits = (flags & HVD_ENQUEUE_CALLER_WAITS) != 0;
   for (size_t i = 0; i < n; ++i) {
     TensorSlot slot;
     RequestMeta& m = slot.meta;
     m.collective = collective;
     m.reduce_op = args->reduce_op;
-    m.root_rank = args->root_rank;
+    m.root_rank = root_member;
     m.prescale = prescale;
     m.postscale = postscale;
     const hvd_tensor_args* ta = (args->tensors != nullptr && i < args->num_tensors) ? &args->tensors[i] : nullptr;
@@ -339,7 +365,7 @@ hvd_error* hvd_enqueue(const hvd_enqueue_args* args, hvd_handle** handle) {
                      "rank " + std::to_string(engine->topology().rank) + " is not a member of process set " +
                          std::to_string(args->process_set_id));
   }
-  hvd_handle* h = hvd::build_handle(args, *set);
+  hvd_handle* h = hvd::build_handle(args, *set, engine->topology().size);
   try {
     set->enqueue(h);
   } catch (...) {

@@ -167,7 +167,10 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
     if (!err.empty()) return err;
   }
   if (c == Collective::kBroadcast) {
-    err = check("root ranks", [](const RequestMeta& m) { return "root_rank " + std::to_string(m.root_rank); });
+    // Requests carry the root's position in the set; users think in global ranks.
+    err = check("root ranks", [&](const RequestMeta& m) {
+      return "root_rank " + std::to_string(config_.global_ranks[static_cast<size_t>(m.root_rank)]);
+    });
     if (!err.empty()) return err;
   }
   err = check("groups", [](const RequestMeta& m) {

@@ -32,7 +32,7 @@ struct RequestMeta {
   Collective collective = Collective::kAllreduce;
   DataType dtype = DataType::kFloat32;
   int32_t reduce_op = HVD_OP_SUM;  // hvd_reduce_op
-  int32_t root_rank = 0;
+  int32_t root_rank = 0;  // broadcast: the root's position in the process set
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> shape;

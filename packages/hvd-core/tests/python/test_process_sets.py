@@ -16,7 +16,8 @@ out = {"ids": [even.process_set_id, odd.process_set_id], "size": mine.size(), "r
        "included": [even.included(), odd.included()]}
 out["sum"] = hvd.allreduce(np.full(2, rank, np.float32), op=hvd.Sum, process_set=mine).tolist()
 out["gather"] = hvd.allgather(np.array([rank], np.int32), process_set=mine).tolist()
-out["bcast"] = hvd.broadcast(np.array([rank], np.int32), root_rank=1, process_set=mine).tolist()
+# root_rank is a global rank (Horovod's meaning): 2 in the even set, 3 in the odd one.
+out["bcast"] = hvd.broadcast(np.array([rank], np.int32), root_rank=mine.ranks[1], process_set=mine).tolist()
 # Concurrency: the even set blocks in a collective until the odd set has
 # finished one of its own; if sets were serialised this would deadlock.
 if rank % 2 == 1:
@@ -42,6 +43,47 @@ print(json.dumps(out))
         assert res["gather"] == peers
         assert res["bcast"] == [peers[1]]
         assert "not a member" in res["nonmember"]
+
+
+def test_broadcast_root_rank_is_a_global_rank_on_process_sets():
+    results = ranks.run_ok(4, '''
+even = hvd.ProcessSet([0, 2])
+odd = hvd.ProcessSet([1, 3])
+hvd.init(process_sets=[even, odd])
+rank = hvd.rank()
+mine = even if rank % 2 == 0 else odd
+root = mine.ranks[1]  # global rank 2 or 3: its position in the set is 1
+out = {}
+buf = np.array([rank, rank], np.int64)
+hvd.broadcast_(buf, root_rank=root, process_set=mine)
+out["bcast_"] = buf.tolist()
+h = hvd.broadcast_async(np.array([10 * rank], np.int32), root_rank=root, process_set=mine)
+out["bcast_async"] = hvd.synchronize(h).tolist()
+out["object"] = hvd.broadcast_object({"from": rank}, root_rank=root, process_set=mine)
+try:  # global rank 1 is not in the even set, nor 0 in the odd one
+    hvd.broadcast(np.ones(1, np.float32), root_rank=1 - rank % 2, process_set=mine)
+    out["outside"] = None
+except ValueError as e:
+    out["outside"] = str(e)
+try:  # members disagree about the root: named with global ranks
+    hvd.broadcast(np.ones(1, np.float32), root_rank=mine.ranks[rank // 2], process_set=mine, name="split")
+    out["mismatch"] = None
+except hvd.HorovodCollectiveMismatchError as e:
+    out["mismatch"] = str(e)
+out["global"] = hvd.broadcast(np.array([rank], np.int32), root_rank=3).tolist()
+print(json.dumps(out))
+''')
+    for rank, res in enumerate(results):
+        root = 2 + rank % 2
+        assert res["bcast_"] == [root, root]
+        assert res["bcast_async"] == [10 * root]
+        assert res["object"] == {"from": root}
+        members = "0, 2" if rank % 2 == 0 else "1, 3"
+        assert "not a member of process set" in res["outside"] and "(ranks %s)" % members in res["outside"]
+        lo, hi = (0, 2) if rank % 2 == 0 else (1, 3)
+        assert "rank %d requested root_rank %d" % (lo, lo) in res["mismatch"]
+        assert "rank %d requested root_rank %d" % (hi, hi) in res["mismatch"]
+        assert res["global"] == [3]
 
 
 def test_dynamic_process_sets_add_use_remove():

@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError
 
 API_MAJOR = 1
-API_MINOR = 1
+API_MINOR = 2  # this package uses HVD_ENQUEUE_ROOT_RANK_GLOBAL (1.2)
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -89,6 +89,7 @@ class EnqueueArgs(Structure):
                 ("flags", ctypes.c_uint32)]
 
 ENQUEUE_CALLER_WAITS = 1
+ENQUEUE_ROOT_RANK_GLOBAL = 2
 
 
 class Result(Structure):
@@ -153,10 +154,11 @@ def lib():
                 _declare(loaded)
                 major, minor = c_int32(), c_int32()
                 loaded.hvd_get_api_version(ctypes.byref(major), ctypes.byref(minor))
-                if major.value != API_MAJOR:
-                    raise ImportError("libhvd_core at %s speaks C ABI %d.%d, but this Python package needs %d.x; "
-                                      "reinstall hvd-core" % (config.get_library_path(), major.value,
-                                                              minor.value, API_MAJOR))
+                if major.value != API_MAJOR or minor.value < API_MINOR:
+                    raise ImportError("libhvd_core at %s speaks C ABI %d.%d, but this Python package needs %d.%d "
+                                      "or a later %d.x; reinstall hvd-core" % (
+                                          config.get_library_path(), major.value, minor.value, API_MAJOR,
+                                          API_MINOR, API_MAJOR))
                 _lib = loaded
     return _lib
 

@@ -420,9 +420,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Returns:
         The object that was broadcast from `root_rank`.
     """
+    from horovod.common import rank  # the package imports this module: import late
     # Non-root ranks often pass None, so the default name must not depend on obj.
     name = name or "broadcast_object"
-    is_root = process_set.rank() == root_rank
+    is_root = rank() == root_rank  # a global rank, also on process sets
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if is_root else np.zeros(0, np.uint8)
     length = broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len", process_set)
     buf = payload.copy() if is_root else np.zeros(int(length[0]), dtype=np.uint8)

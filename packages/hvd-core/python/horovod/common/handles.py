@@ -104,7 +104,7 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
                                splits_ptr, num_splits, name_ptr, len(name))
     _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS_SIZE, collective, process_set_id, reduce_op, root_rank,
                             prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0,
-                            1 if caller_waits else 0)
+                            c_api.ENQUEUE_ROOT_RANK_GLOBAL | (c_api.ENQUEUE_CALLER_WAITS if caller_waits else 0))
     return buf, data_offsets
 
 

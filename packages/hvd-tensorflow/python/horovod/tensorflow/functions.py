@@ -9,7 +9,7 @@ import io
 import numpy as np
 import tensorflow as tf
 
-from horovod.tensorflow.mpi_ops import allgather, broadcast, broadcast_, global_process_set
+from horovod.tensorflow.mpi_ops import allgather, broadcast, broadcast_, global_process_set, rank
 from horovod.tensorflow.util import _as_tf_variable, _executing_eagerly, _make_subgraph
 
 try:
@@ -112,7 +112,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     # ranks often pass a placeholder such as None, and differing names would
     # never match up across ranks.
     name = name or "broadcast_object"
-    is_root = process_set.rank() == root_rank
+    is_root = rank() == root_rank
     if is_root:
         payload = _serialize(obj)
         length = tf.constant([payload.size], dtype=tf.int64)
@@ -158,7 +158,7 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
     def _bcast(obj):
         sess = session or tf.compat.v1.get_default_session()
-        is_root = process_set.rank() == root_rank
+        is_root = rank() == root_rank
         payload = _serialize(obj) if is_root else None
         length = sess.run(length_out, feed_dict={length_in: [payload.size if is_root else 0]})
         data = sess.run(data_out, feed_dict={data_in: payload if is_root else np.zeros(int(length[0]), np.uint8)})

@@ -9,7 +9,7 @@ import io
 import torch
 
 from horovod.common.process_sets import global_process_set
-from horovod.torch.mpi_ops import allgather, broadcast_, broadcast_async_, synchronize
+from horovod.torch.mpi_ops import allgather, broadcast_, broadcast_async_, rank, synchronize
 
 try:
     # cloudpickle also handles lambdas and locally defined classes, which
@@ -79,7 +79,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     # root's layout below tells the other ranks what to allocate, and a root
     # without state means every rank starts without state, identically.
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    is_root = process_set.rank() == root_rank
+    is_root = rank() == root_rank
 
     # What Horovod's initialisation step leaves behind that scripts can see:
     # on a rank whose optimizer has no state yet, every trainable parameter
@@ -179,7 +179,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     # A fixed default name (not the object's type, as in Horovod): non-root
     # ranks often pass None, and differing names would never match up.
     name = name or "broadcast_object"
-    if process_set.rank() == root_rank:
+    if rank() == root_rank:
         buf = io.BytesIO()
         _pickle.dump(obj, buf)
         payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
