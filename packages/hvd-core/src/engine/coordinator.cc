@@ -42,6 +42,7 @@ std::string double_string(double v) {
 Coordinator::Coordinator(CoordinatorConfig config, Timeline* timeline)
     : config_(std::move(config)), timeline_(timeline), cache_(config_.cache_capacity) {
   joined_.assign(config_.global_ranks.size(), 0);
+  waiting_.resize(config_.global_ranks.size());
 }
 
 std::string Coordinator::rank_list(const std::vector<int>& members) const {
@@ -53,6 +54,7 @@ std::string Coordinator::rank_list(const std::vector<int>& members) const {
 }
 
 void Coordinator::add_request(int member, const RequestMeta& meta, Clock::time_point now) {
+  last_change_ = now;
   if (meta.collective == Collective::kJoin) {
     if (!joined_[static_cast<size_t>(member)]) {
       joined_[static_cast<size_t>(member)] = 1;
@@ -110,6 +112,69 @@ void Coordinator::check_complete(const std::string& name) {
     for (auto& n : group) ready_.push_back(n);
     group_ready_.erase(meta->group_key);
   }
+}
+
+void Coordinator::set_waiting(int member, std::vector<std::string> names, Clock::time_point now) {
+  std::sort(names.begin(), names.end());
+  auto& current = waiting_[static_cast<size_t>(member)];
+  if (names == current) return;
+  current = std::move(names);
+  last_change_ = now;
+}
+
+std::vector<Response> Coordinator::take_divergence_errors(Clock::time_point now) {
+  std::vector<Response> out;
+  if (config_.divergence_seconds <= 0 || pending_.empty() || !ready_.empty() ||
+      std::chrono::duration<double>(now - last_change_).count() < config_.divergence_seconds) {
+    return out;
+  }
+  for (int m = 0; m < size(); ++m) {
+    if (joined_[static_cast<size_t>(m)]) continue;
+    const auto& names = waiting_[static_cast<size_t>(m)];
+    if (names.empty()) return out;  // this member may still submit something
+    for (const auto& name : names) {
+      auto it = pending_.find(name);
+      if (it == pending_.end() || it->second.complete) return out;  // on its way to completion
+    }
+  }
+  std::ostringstream why;
+  why << "Collectives diverged in process set " << config_.process_set_id
+      << ": every rank is blocked on an operation the other ranks have not submitted, so none can complete (";
+  for (int m = 0; m < size(); ++m) {
+    why << (m ? "; " : "") << "rank " << config_.global_ranks[static_cast<size_t>(m)];
+    if (joined_[static_cast<size_t>(m)]) {
+      why << " has joined";
+      continue;
+    }
+    const auto& names = waiting_[static_cast<size_t>(m)];
+    const Pending& p = pending_.at(names[0]);
+    std::vector<int> submitted;
+    for (int k = 0; k < size(); ++k) {
+      if (p.have[static_cast<size_t>(k)]) submitted.push_back(k);
+    }
+    why << " waits on " << collective_name(p.metas[static_cast<size_t>(submitted[0])].collective) << " '" << names[0]
+        << "' (submitted by " << (submitted.size() > 1 ? "ranks " : "rank ") << rank_list(submitted) << " only)";
+    if (names.size() > 1) why << " and " << names.size() - 1 << " more";
+  }
+  why << "). A rank skipped a collective - it raised an exception and moved on, or took another branch - or the "
+         "ranks run different code: every rank must submit the same collectives. The pending operations of "
+         "this process set were cancelled.";
+  for (const auto& name : arrival_order_) {
+    if (!pending_.count(name)) continue;
+    Response r;
+    r.kind = Response::Kind::kError;
+    r.names.push_back(name);
+    r.error_message = why.str();
+    r.error_code = HVD_ERROR_PRECONDITION;
+    out.push_back(std::move(r));
+  }
+  HVD_LOG(kError, why.str());
+  pending_.clear();
+  arrival_order_.clear();
+  group_ready_.clear();
+  for (auto& names : waiting_) names.clear();
+  last_change_ = now;
+  return out;
 }
 
 void Coordinator::member_left(int member) {
@@ -355,6 +420,7 @@ std::vector<Response> Coordinator::take_responses(Clock::time_point now, Clock::
     last_joined_ = -1;
   }
   if (timeline_ != nullptr && !out.empty()) timeline_->mark_cycle();
+  if (!out.empty()) last_change_ = now;
   return out;
 }
 

@@ -32,6 +32,9 @@ struct CoordinatorConfig {
   bool stall_check_enabled = true;
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;  // 0: never
+  // Every member blocked on tensors that cannot complete, with nothing
+  // changing for this long, is divergence (see take_divergence_errors).
+  double divergence_seconds = 5;  // HOROVOD_PEER_TIMEOUT_SECONDS; 0: never
   int process_set_id = 0;
 };
 
@@ -47,6 +50,16 @@ class Coordinator {
   // to fuse with tensors that other ranks are about to submit (at most
   // HOROVOD_CYCLE_TIME), *wake_at says when to call again.
   std::vector<Response> take_responses(Clock::time_point now, Clock::time_point* wake_at);
+  // The tensors `member` is blocked on (a caller has waited on them for a
+  // while); empty when it is not blocked.
+  void set_waiting(int member, std::vector<std::string> names, Clock::time_point now);
+  // Divergence: every member is blocked on (or joined and waiting for)
+  // tensors that are pending and not ready, and nothing changed for
+  // divergence_seconds - e.g. rank 0 in one collective, rank 1 in another,
+  // each submitted by one rank only. No member can submit anything else, so
+  // nothing would ever complete: every pending tensor becomes an error
+  // response naming what each rank waits on, and the set stays usable.
+  std::vector<Response> take_divergence_errors(Clock::time_point now);
   // Warns about tensors some ranks submitted long ago and others did not.
   // Returns a non-empty reason when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is
   // exceeded: the process set must then fail.
@@ -83,6 +96,8 @@ class Coordinator {
   int joined_count_ = 0;
   int last_joined_ = -1;
   std::vector<int> left_;  // members that shut down
+  std::vector<std::vector<std::string>> waiting_;  // by member: blocked-on names, sorted
+  Clock::time_point last_change_ = Clock::now();  // last request, response or change of waiting_
 };
 
 }  // namespace hvd

@@ -106,9 +106,45 @@ thread_local bool t_driving = false;  // completion callbacks may wait too
 
 }  // namespace
 
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool handle_blocked_since(const hvd_handle* handle, int64_t now_ns, double min_seconds) {
+  // A gap shorter than this between two waits is the same caller still waiting.
+  constexpr int64_t kRewaitGapNs = 1000000000;
+  int64_t first = handle->first_wait_ns.load(std::memory_order_relaxed);
+  if (first == 0 || now_ns - first < static_cast<int64_t>(min_seconds * 1e9)) return false;
+  return handle->waiters.load(std::memory_order_relaxed) > 0 ||
+         now_ns - handle->last_wait_end_ns.load(std::memory_order_relaxed) < kRewaitGapNs;
+}
+
+namespace {
+
+// Marks a caller as waiting on a handle for the duration of handle_wait.
+class WaitMark {
+ public:
+  explicit WaitMark(hvd_handle* handle) : handle_(handle) {
+    int64_t unset = 0;
+    handle_->first_wait_ns.compare_exchange_strong(unset, steady_now_ns(), std::memory_order_relaxed);
+    handle_->waiters.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~WaitMark() {
+    handle_->last_wait_end_ns.store(steady_now_ns(), std::memory_order_relaxed);
+    handle_->waiters.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+ private:
+  hvd_handle* handle_;
+};
+
+}  // namespace
+
 bool handle_wait(hvd_handle* handle, double timeout_seconds) {
   auto done = [&] { return handle->completed.load(std::memory_order_acquire); };
   if (done()) return true;
+  WaitMark mark(handle);
   auto start = std::chrono::steady_clock::now();
   std::shared_ptr<Driver> driver = handle->driver.lock();
   if (driver && !t_driving && driver->callers_may_drive()) {

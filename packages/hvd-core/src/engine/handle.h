@@ -70,6 +70,14 @@ struct hvd_handle {
   void* on_done_ctx = nullptr;
   bool caller_waits = false;  // HVD_ENQUEUE_CALLER_WAITS
 
+  // Callers waiting on this handle (hvd_handle_wait), when the first wait
+  // began and when the last one returned (steady-clock nanoseconds, 0: never).
+  // The process set reads them to tell which operations its rank is blocked
+  // on, so ranks blocked on different operations become an error, not a hang.
+  std::atomic<int> waiters{0};
+  std::atomic<int64_t> first_wait_ns{0};
+  std::atomic<int64_t> last_wait_end_ns{0};
+
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<bool> completed{false};
@@ -95,6 +103,11 @@ void handle_fail_all(hvd_handle* handle, const Error& error);
 // Blocks until completion or timeout; returns false on timeout. Drives the
 // engine on this thread for a while first (see Driver).
 bool handle_wait(hvd_handle* handle, double timeout_seconds);
+// Whether a caller has been blocked on `handle` for at least `min_seconds`
+// by `now_ns` (steady clock). Waits that come back in quick succession (a
+// binding waiting in slices, to run signal handlers) count as one.
+bool handle_blocked_since(const hvd_handle* handle, int64_t now_ns, double min_seconds);
+int64_t steady_now_ns();
 
 
 }  // namespace hvd

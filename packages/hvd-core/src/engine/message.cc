@@ -183,4 +183,18 @@ std::vector<Response> decode_responses(const std::string& payload) {
   return out;
 }
 
+std::string encode_names(const std::vector<std::string>& names) {
+  Writer w;
+  w.pod<uint32_t>(static_cast<uint32_t>(names.size()));
+  for (const auto& n : names) w.str(n);
+  return w.take();
+}
+
+std::vector<std::string> decode_names(const std::string& payload) {
+  Reader r(payload);
+  std::vector<std::string> out(r.count(4));
+  for (auto& n : out) n = r.str();
+  return out;
+}
+
 }  // namespace hvd

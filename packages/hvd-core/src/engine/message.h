@@ -71,11 +71,14 @@ enum class MessageType : uint8_t {
   kHeartbeat = 3,  // both ways, when idle
   kGoodbye = 4,    // clean shutdown of the sender
   kAbort = 5,      // coordinator -> worker: the job failed; payload: reason
+  kWaiting = 6,    // worker -> coordinator: names the worker is blocked on (sent when they change)
 };
 
 std::string encode_requests(const std::vector<RequestMeta>& requests);
 std::vector<RequestMeta> decode_requests(const std::string& payload);
 std::string encode_responses(const std::vector<Response>& responses);
 std::vector<Response> decode_responses(const std::string& payload);
+std::string encode_names(const std::vector<std::string>& names);
+std::vector<std::string> decode_names(const std::string& payload);
 
 }  // namespace hvd

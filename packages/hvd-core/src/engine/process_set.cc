@@ -49,6 +49,11 @@ class SoloCommunicator : public Communicator {
 
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 constexpr auto kDriverCheck = std::chrono::milliseconds(1);
+// A caller waiting this long on a tensor that is still being negotiated is
+// "blocked" on it (told to the coordinator, for divergence detection); no
+// wait on the fast path lasts this long, so it costs nothing there.
+constexpr double kBlockedAfterSeconds = 0.2;
+constexpr auto kBlockedCheck = std::chrono::milliseconds(50);
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -97,6 +102,7 @@ void ProcessSetRuntime::start() {
     cc.stall_check_enabled = cfg.stall_check_enabled;
     cc.stall_check_seconds = cfg.stall_check_seconds;
     cc.stall_shutdown_seconds = cfg.stall_shutdown_seconds;
+    cc.divergence_seconds = cfg.peer_timeout_seconds;
     cc.process_set_id = id_;
     coordinator_ = std::make_unique<Coordinator>(cc, timeline);
     channels_.resize(ranks_.size());
@@ -380,6 +386,21 @@ void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
   }
 }
 
+void ProcessSetRuntime::refresh_blocked(Clock::time_point now) {
+  if (now < next_blocked_check_) return;
+  next_blocked_check_ = now + kBlockedCheck;
+  std::vector<std::string> names;
+  const int64_t now_ns = steady_now_ns();
+  for (const auto& [name, local] : in_flight_) {
+    if (handle_blocked_since(local.handle, now_ns, kBlockedAfterSeconds)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  if (names != blocked_) {
+    blocked_ = std::move(names);
+    blocked_reported_ = false;
+  }
+}
+
 void ProcessSetRuntime::step_coordinator() {
   auto now = Clock::now();
   std::vector<RequestMeta> metas;
@@ -391,14 +412,22 @@ void ProcessSetRuntime::step_coordinator() {
     while (channels_[m].open() && channels_[m].try_receive(&type, &payload)) {
       if (type == MessageType::kRequests) {
         for (const auto& meta : decode_requests(payload)) coordinator_->add_request(static_cast<int>(m), meta, now);
+      } else if (type == MessageType::kWaiting) {
+        coordinator_->set_waiting(static_cast<int>(m), decode_names(payload), now);
       } else if (type == MessageType::kGoodbye) {
         coordinator_->member_left(static_cast<int>(m));
         channels_[m].close();
       }
     }
   }
+  refresh_blocked(now);
+  if (!blocked_reported_) {
+    coordinator_->set_waiting(0, blocked_, now);
+    blocked_reported_ = true;
+  }
   wake_at_ = Clock::time_point::max();
-  auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
+  auto responses = coordinator_->take_divergence_errors(now);
+  if (responses.empty()) responses = coordinator_->take_responses(Clock::now(), &wake_at_);
   if (!responses.empty()) {
     std::string encoded = encode_responses(responses);
     for (size_t m = 1; m < channels_.size(); ++m) {
@@ -419,6 +448,13 @@ void ProcessSetRuntime::step_worker() {
   std::vector<RequestMeta> metas;
   drain_queue(&metas);
   if (!metas.empty()) channels_[0].send(MessageType::kRequests, encode_requests(metas));
+  // After the requests on the same channel: the coordinator always knows a
+  // tensor before hearing that this rank is blocked on it.
+  refresh_blocked(Clock::now());
+  if (!blocked_reported_) {
+    channels_[0].send(MessageType::kWaiting, encode_names(blocked_));
+    blocked_reported_ = true;
+  }
   MessageType type;
   std::string payload;
   while (channels_[0].open() && channels_[0].try_receive(&type, &payload)) {

@@ -99,6 +99,10 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void execute(const std::vector<Response>& responses);
   void wait_for_events(std::vector<pollfd> fds, Clock::time_point deadline);
   void check_heartbeats(Clock::time_point now);
+  // Every kBlockedCheck: finds the in-flight tensors a caller of this rank
+  // has been blocked on for a while; when they changed, sets blocked_ and
+  // clears blocked_reported_ (the coordinator must hear of them).
+  void refresh_blocked(Clock::time_point now);
   void fail(const std::string& reason);
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
@@ -134,6 +138,9 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
   std::unordered_map<std::string, LocalTensor> in_flight_;
   hvd_handle* join_handle_ = nullptr;
+  std::vector<std::string> blocked_;  // sorted names, as refresh_blocked() found them last
+  bool blocked_reported_ = true;      // the coordinator knows blocked_ (empty at first)
+  Clock::time_point next_blocked_check_;
   Clock::time_point next_stall_check_;
   Clock::time_point wake_at_;
   std::atomic<bool> finished_{false};

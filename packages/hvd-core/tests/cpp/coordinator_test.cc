@@ -1,7 +1,7 @@
 // coordinator_test.cc - the negotiation rules, without processes or sockets:
 // readiness, cross-rank validation, fusion, cycle-time batching, join,
-// groups, shutdown of a member, stalls, the response cache, and the wire
-// format of control messages.
+// groups, shutdown of a member, stalls, divergence, the response cache, and
+// the wire format of control messages.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -238,6 +238,97 @@ HVD_TEST(stall_shutdown_names_the_missing_ranks) {
   EXPECT_TRUE(contains(fatal, "rank(s) 0, 2"));
 }
 
+HVD_TEST(ranks_blocked_on_different_tensors_become_an_error_naming_both) {
+  CoordinatorConfig cfg = config(2);
+  cfg.divergence_seconds = 5;
+  Coordinator c(cfg, nullptr);
+  auto t0 = Clock::now();
+  RequestMeta barrier;
+  barrier.name = "barrier.noname.0";
+  barrier.collective = Collective::kBarrier;
+  c.add_request(0, allreduce("process_set.remove.0", {2}), t0);
+  c.add_request(1, barrier, t0);
+  c.set_waiting(0, {"process_set.remove.0"}, t0);
+  c.set_waiting(1, {"barrier.noname.0"}, t0);
+  // Not before the state has held for divergence_seconds.
+  EXPECT_TRUE(c.take_divergence_errors(t0 + std::chrono::seconds(4)).empty());
+  auto out = c.take_divergence_errors(t0 + std::chrono::seconds(6));
+  EXPECT_EQ(out.size(), 2u);
+  for (const auto& r : out) {
+    EXPECT_TRUE(r.kind == Response::Kind::kError);
+    EXPECT_EQ(r.error_code, static_cast<int32_t>(HVD_ERROR_PRECONDITION));
+    EXPECT_TRUE(contains(r.error_message, "rank 0 waits on allreduce 'process_set.remove.0' (submitted by rank 0 only)"));
+    EXPECT_TRUE(contains(r.error_message, "rank 1 waits on barrier 'barrier.noname.0' (submitted by rank 1 only)"));
+  }
+  // Cancelled: the set is clean and usable again.
+  Clock::time_point wake = Clock::time_point::max();
+  auto later = t0 + std::chrono::seconds(7);
+  c.add_request(0, allreduce("next", {1}), later);
+  c.add_request(1, allreduce("next", {1}), later);
+  auto next = c.take_responses(later, &wake);
+  EXPECT_EQ(next.size(), 1u);
+  EXPECT_TRUE(next[0].kind == Response::Kind::kExecute);
+}
+
+HVD_TEST(divergence_needs_every_rank_blocked_and_nothing_ready) {
+  CoordinatorConfig cfg = config(3);
+  cfg.divergence_seconds = 1;
+  auto t0 = Clock::now();
+  auto late = t0 + std::chrono::seconds(10);
+  {
+    // Rank 2 is not blocked (computing): it may still submit "x".
+    Coordinator c(cfg, nullptr);
+    c.add_request(0, allreduce("x", {1}), t0);
+    c.add_request(1, allreduce("y", {1}), t0);
+    c.set_waiting(0, {"x"}, t0);
+    c.set_waiting(1, {"y"}, t0);
+    EXPECT_TRUE(c.take_divergence_errors(late).empty());
+    // Once it blocks on a third tensor, nothing can complete.
+    c.add_request(2, allreduce("z", {1}), t0);
+    c.set_waiting(2, {"z"}, t0);
+    EXPECT_TRUE(c.take_divergence_errors(t0 + std::chrono::milliseconds(500)).empty());
+    EXPECT_EQ(c.take_divergence_errors(late).size(), 3u);
+  }
+  {
+    // Everyone waits, but on a tensor that every rank submitted: it runs.
+    Coordinator c(cfg, nullptr);
+    for (int m = 0; m < 3; ++m) {
+      c.add_request(m, allreduce("ready", {1}), t0);
+      c.set_waiting(m, {"ready"}, t0);
+    }
+    c.add_request(0, allreduce("other", {1}), t0);
+    EXPECT_TRUE(c.take_divergence_errors(late).empty());
+  }
+  {
+    // A joined rank counts as waiting; the others wait on different tensors.
+    Coordinator c(cfg, nullptr);
+    RequestMeta join;
+    join.name = "join";
+    join.collective = Collective::kJoin;
+    c.add_request(2, join, t0);
+    c.add_request(0, allreduce("a", {1}), t0);
+    c.add_request(1, allreduce("b", {1}), t0);
+    c.set_waiting(0, {"a"}, t0);
+    c.set_waiting(1, {"b"}, t0);
+    auto out = c.take_divergence_errors(late);
+    EXPECT_EQ(out.size(), 2u);
+    EXPECT_TRUE(contains(out[0].error_message, "rank 2 has joined"));
+  }
+  {
+    // Disabled with divergence_seconds = 0.
+    CoordinatorConfig off = cfg;
+    off.divergence_seconds = 0;
+    Coordinator c(off, nullptr);
+    c.add_request(0, allreduce("a", {1}), t0);
+    c.set_waiting(0, {"a"}, t0);
+    c.add_request(1, allreduce("b", {1}), t0);
+    c.set_waiting(1, {"b"}, t0);
+    c.add_request(2, allreduce("c", {1}), t0);
+    c.set_waiting(2, {"c"}, t0);
+    EXPECT_TRUE(c.take_divergence_errors(late).empty());
+  }
+}
+
 HVD_TEST(response_cache_reuses_identical_requests) {
   Coordinator c(config(2), nullptr);
   Clock::time_point wake = Clock::time_point::max();
@@ -277,6 +368,7 @@ HVD_TEST(control_messages_round_trip_and_reject_truncation) {
   auto rd = decode_responses(encode_responses({r}));
   EXPECT_TRUE(rd[0].names == r.names && rd[0].shapes == r.shapes && rd[0].first_dims == r.first_dims);
   EXPECT_TRUE(rd[0].joined_ranks == r.joined_ranks && rd[0].error_message == "msg");
+  EXPECT_TRUE(decode_names(encode_names({"x", "y.z"})) == std::vector<std::string>({"x", "y.z"}));
   std::string encoded = encode_responses({r});
   bool threw = false;
   try {

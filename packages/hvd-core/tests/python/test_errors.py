@@ -59,6 +59,57 @@ except hvd.HorovodInternalError as e:
         assert "internal:" in res.stdout and "Stall shutdown" in res.stdout, str(res)
 
 
+def test_ranks_blocked_in_different_collectives_fail_on_every_rank_naming_both():
+    # Rank 0 removes a process set while rank 1 waits in a barrier (as when
+    # one rank raised and moved on): each waits for something the other will
+    # never submit. Both get an error naming both operations, within the peer
+    # timeout, and the engine stays usable.
+    results = ranks.run_ok(2, '''
+hvd.init(process_sets="dynamic")
+ps = hvd.add_process_set([1])
+start = time.monotonic()
+try:
+    if hvd.rank() == 0:
+        hvd.remove_process_set(ps)
+    else:
+        hvd.barrier()
+    out = {"raised": None}
+except hvd.HorovodCollectiveMismatchError as e:
+    out = {"raised": str(e), "after_s": time.monotonic() - start}
+out["later"] = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="later").tolist()
+print(json.dumps(out))
+''', timeout=60)
+    for res in results:
+        assert res["raised"] is not None, res
+        assert "diverged" in res["raised"]
+        assert "rank 0 waits on allgather 'process_set.remove." in res["raised"], res["raised"]
+        assert "rank 1 waits on barrier 'barrier.noname.0'" in res["raised"], res["raised"]
+        assert 4.5 < res["after_s"] < 9, res  # HOROVOD_PEER_TIMEOUT_SECONDS (5) after both blocked
+        assert res["later"] == [2.0]
+
+
+def test_divergence_is_declared_only_once_every_rank_is_blocked():
+    # Ranks 0 and 1 wait on different tensors while rank 2 computes for 8 s:
+    # it could still submit either, so nothing fails until it blocks too.
+    results = ranks.run_ok(3, '''
+hvd.init()
+rank = hvd.rank()
+if rank == 2:
+    time.sleep(8)
+start = time.monotonic()
+try:
+    hvd.allreduce(np.ones(1, np.float32), name="only_%d" % rank)
+    out = {"raised": None}
+except hvd.HorovodCollectiveMismatchError as e:
+    out = {"raised": str(e), "after_s": time.monotonic() - start}
+print(json.dumps(out))
+''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2"}, timeout=60)
+    for rank, res in enumerate(results):
+        assert "rank 2 waits on allreduce 'allreduce.only_2'" in res["raised"], res
+    # Ranks 0 and 1 waited through rank 2's 8 s of work.
+    assert results[0]["after_s"] > 8 and results[1]["after_s"] > 8, results
+
+
 def test_bad_input_errors_single_process():
     out = subprocess.run([sys.executable, "-c", '''
 import numpy as np, horovod.common as hvd
