@@ -143,7 +143,7 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     output = np.empty_like(tensor)
     _check_process_set(process_set)
     run_sync(c_api.ALLREDUCE, desc, _describe(output), full_name("allreduce", name), process_set.process_set_id,
-             op, 0, prescale_factor, postscale_factor)
+             op, 0, prescale_factor, postscale_factor, keepalive=(tensor, output))
     return output
 
 
@@ -162,7 +162,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     desc = _describe(tensor)
     _check_process_set(process_set)
     run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set.process_set_id, op, 0,
-             prescale_factor, postscale_factor)
+             prescale_factor, postscale_factor, keepalive=tensor)
     return tensor
 
 
@@ -288,7 +288,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     output = np.empty_like(tensor)
     _check_process_set(process_set)
     run_sync(c_api.BROADCAST, desc, _describe(output), full_name("broadcast", name), process_set.process_set_id,
-             root_rank=root_rank)
+             root_rank=root_rank, keepalive=(tensor, output))
     return output
 
 
@@ -302,7 +302,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     desc = _describe(tensor)
     _check_process_set(process_set)
     run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set.process_set_id,
-             root_rank=root_rank)
+             root_rank=root_rank, keepalive=tensor)
     return tensor
 
 

@@ -8,6 +8,7 @@ import ctypes
 import itertools
 import struct
 import threading
+import time
 
 from horovod.common import c_api
 
@@ -157,10 +158,54 @@ def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op
     return handle.value, []
 
 
+# A wait returns to the interpreter at least this often (seconds), so Python
+# signal handlers run while a collective is pending: Ctrl-C raises
+# KeyboardInterrupt, pytest-timeout's SIGALRM fires. A collective that is
+# already done returns from the first slice, so fast paths pay nothing.
+_WAIT_SLICE_SECONDS = 0.05
+
+# Operations whose waiter was interrupted (c handle -> objects owning their
+# buffers): the engine still reads and writes those buffers until the
+# operation completes, or until shutdown fails it, so they stay alive here.
+_abandoned = {}
+_abandoned_lock = threading.Lock()
+
+
+def _release_finished_abandoned(library, everything=False):
+    with _abandoned_lock:
+        done = [h for h in _abandoned if everything or library.hvd_handle_poll(h)]
+        for h in done:
+            del _abandoned[h]
+    for h in done:
+        library.hvd_handle_release(h)
+
+
+def _wait(library, c_handle, timeout=None):
+    """hvd_handle_wait in slices, so that signal handlers run between them.
+
+    Returns what hvd_handle_wait returned (NULL, the operation's error, or a
+    TIMEOUT error once `timeout` seconds have passed; None waits for ever).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = _WAIT_SLICE_SECONDS if deadline is None else min(_WAIT_SLICE_SECONDS,
+                                                                 max(0.0, deadline - time.monotonic()))
+        err = library.hvd_handle_wait(c_handle, step)
+        if not err or library.hvd_error_get_code(err) != c_api.ERROR_TIMEOUT:
+            return err
+        if deadline is not None and time.monotonic() >= deadline:
+            return err
+        library.hvd_error_destroy(err)
+
+
 def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
-             postscale_factor=1.0):
+             postscale_factor=1.0, keepalive=None):
     """Enqueues one single-tensor collective and waits for it: the fast path of
     the synchronous API.
+
+    `keepalive` holds the objects that own the descriptors' memory: if the
+    wait is interrupted (KeyboardInterrupt, a signal handler's exception), they
+    are kept until the operation completes or ``shutdown()`` ends it.
 
     Raises the operation's error.
     """
@@ -168,12 +213,18 @@ def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, r
     _, base = _args_block(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank,
                           prescale_factor, postscale_factor, None, True)
     library = c_api.lib()
+    if _abandoned:
+        _release_finished_abandoned(library)
     handle = ctypes.c_void_p()
     c_api.check(library.hvd_enqueue(base, ctypes.byref(handle)))
     try:
-        c_api.check(library.hvd_handle_wait(handle, -1.0))
-    finally:
-        library.hvd_handle_release(handle)
+        err = _wait(library, handle)
+    except BaseException:
+        with _abandoned_lock:
+            _abandoned[handle.value] = keepalive
+        raise
+    library.hvd_handle_release(handle)
+    c_api.check(err)
 
 
 def result(handle, index=0):
@@ -229,7 +280,9 @@ class HandleManager:
         """
         pending = self._get(handle)
         library = c_api.lib()
-        err = library.hvd_handle_wait(pending.c_handle, -1.0 if timeout is None else float(timeout))
+        # Interrupted, the handle stays registered (its keepalive with it) for
+        # a later synchronize() or for clear() at shutdown.
+        err = _wait(library, pending.c_handle, None if timeout is None else float(timeout))
         if err and library.hvd_error_get_code(err) == c_api.ERROR_TIMEOUT:
             c_api.check(err)  # raises TimeoutError; the handle stays valid
         with self._lock:
@@ -247,3 +300,4 @@ class HandleManager:
         library = c_api.lib()
         for p in pending.values():
             library.hvd_handle_release(p.c_handle)
+        _release_finished_abandoned(library, everything=True)

@@ -179,7 +179,7 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
         host_out = torch.empty_like(host)  # contiguous: `host` passed _describe
         out_desc = _describe_like(host_out, desc)
     _run_sync(c_api.ALLREDUCE, desc, out_desc, full_name("allreduce", name), process_set_id, op, 0,
-              prescale_factor, postscale_factor)
+              prescale_factor, postscale_factor, keepalive=(host, host_out))
     if output is None:
         return host_out if host is tensor else host_out.to(tensor.device)
     if host_out is not output:
@@ -814,7 +814,8 @@ def _broadcast_now(tensor, root_rank, name, process_set_id, output=None):
     else:
         host_out = torch.empty_like(host)  # contiguous: `host` passed _describe
         out_desc = _describe_like(host_out, desc)
-    _run_sync(c_api.BROADCAST, desc, out_desc, full_name("broadcast", name), process_set_id, root_rank=root_rank)
+    _run_sync(c_api.BROADCAST, desc, out_desc, full_name("broadcast", name), process_set_id, root_rank=root_rank,
+              keepalive=(host, host_out))
     if output is None:
         return host_out if host is tensor else host_out.to(tensor.device)
     if host_out is not output:
