@@ -207,8 +207,11 @@ void Engine::start(const hvd_init_args* args) {
   context_.key_prefix = key_prefix;
   context_.on_fatal = [this](const std::string& reason) { abort_all(reason); };
 
-  if (t.rank == 0 && env_is_set("HOROVOD_TIMELINE")) {
-    timeline_.start(env_string("HOROVOD_TIMELINE", ""), env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false));
+  // HOROVOD_TIMELINE=DYNAMIC (Horovod's spelling) means no timeline until
+  // hvd.start_timeline() is called; any other value is the file to write.
+  const std::string timeline_path = env_string("HOROVOD_TIMELINE", "");
+  if (t.rank == 0 && !timeline_path.empty() && timeline_path != "DYNAMIC") {
+    timeline_.start(timeline_path, env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false));
   }
 
   std::vector<int> all(static_cast<size_t>(t.size));

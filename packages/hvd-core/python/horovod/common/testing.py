@@ -56,13 +56,14 @@ def rank_env(rank, size, port, secret, hosts=None, extra=None):
 
 
 def run(size, code, preamble="", timeout=120, hosts=None, env=None, rank_env_overrides=None,
-        kill_when_done=()):
+        kill_when_done=(), cwd=None):
     """Runs `preamble` + dedented `code` as `size` ranks; returns a RankResult per rank, in rank order.
 
     `env` is added to every rank's environment, `rank_env_overrides[r]` to
     rank r's. Ranks in `kill_when_done` are not waited for: they are killed
     once the others exit. When `timeout` passes every rank is killed and an
-    AssertionError carries all output (a hang fails, never sticks).
+    AssertionError carries all output (a hang fails, never sticks). `cwd` is
+    the ranks' working directory (default: this process's).
     """
     secret = make_secret()
     server = RendezvousServer(secret, host="127.0.0.1")
@@ -74,7 +75,7 @@ def run(size, code, preamble="", timeout=120, hosts=None, env=None, rank_env_ove
             e = rank_env(r, size, port, secret, hosts, env)
             e.update((rank_env_overrides or {}).get(r, {}))
             procs.append(subprocess.Popen([sys.executable, "-c", script], env=e, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+                                          stderr=subprocess.PIPE, text=True, cwd=cwd))
         deadline = time.monotonic() + timeout
         results = {}
         for r, p in enumerate(procs):
