@@ -8,7 +8,24 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
-__version__ = "0.1.0"
+# The Horovod release whose API hvd implements. horovod.__version__ is that
+# release with hvd's own version as a PEP 440 local label ("0.28.1+hvd.0.1.0"):
+# "Horovod >= 0.21"-style gates compare the public part and pass, and the
+# label still says which hvd this is. hvd-core's wheel also registers this
+# version under the distribution name "horovod" (docs/compatibility.md).
+HOROVOD_API_VERSION = "0.28.1"
+
+
+def _hvd_version():
+    try:
+        from importlib.metadata import version
+        return version("hvd-core")
+    except Exception:  # a source tree without installed metadata
+        return "0.dev0"
+
+
+__hvd_version__ = _hvd_version()
+__version__ = "%s+hvd.%s" % (HOROVOD_API_VERSION, __hvd_version__)
 
 
 def __getattr__(name):
