@@ -243,9 +243,10 @@ class HorovodBasics:
         return self._mpi_enabled
 
     def mpi_built(self):
-        """Returns True if MPI is in use. hvd-core is never compiled against MPI: it loads
-        the MPI library at run time when ``HOROVOD_CPU_OPERATIONS=mpi``."""
-        return self._mpi_enabled
+        """Returns True if MPI support is available: hvd-core is never compiled against
+        MPI, it loads an MPI library at run time (``HVD_MPI_LIBRARY``, else the one next
+        to the ``mpirun`` on PATH) when ``HOROVOD_CPU_OPERATIONS=mpi``."""
+        return _find_mpi_library() is not None
 
     def gloo_enabled(self):
         """Returns True when the job runs hvd's own TCP/shared-memory controller.

@@ -29,6 +29,12 @@ class HostSlots:
     hostname: str
     slots: int
 
+    @classmethod
+    def from_string(cls, text: str) -> "HostSlots":
+        """Parses one ``hostname:slots`` entry (Horovod's ``HostInfo.from_string``)."""
+        (host,) = parse_hosts(text)
+        return host
+
 
 @dataclasses.dataclass(frozen=True)
 class SlotInfo:
@@ -53,6 +59,11 @@ class SlotInfo:
             "HOROVOD_CROSS_RANK": str(self.cross_rank),
             "HOROVOD_CROSS_SIZE": str(self.cross_size),
         }
+
+    def to_response_string(self) -> str:
+        """``rank,size,local_rank,local_size,cross_rank,cross_size`` (Horovod's wire form)."""
+        return ",".join(str(v) for v in (self.rank, self.size, self.local_rank, self.local_size,
+                                         self.cross_rank, self.cross_size))
 
 
 def _parse_slot_count(text: str, where: str) -> int:

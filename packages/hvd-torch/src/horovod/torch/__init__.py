@@ -29,3 +29,8 @@ from horovod.torch.optimizer import DistributedOptimizer  # noqa: F401,E402
 from horovod.torch.functions import (allgather_object, broadcast_object,  # noqa: F401,E402
                                      broadcast_optimizer_state, broadcast_parameters)
 from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401,E402
+
+
+def _check_has_gpu():
+    """Whether CUDA tensors can be used (horovod.common.util.gpu_available asks this)."""
+    return torch.cuda.is_available()

@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.common`` package path (its shared launcher utilities)."""

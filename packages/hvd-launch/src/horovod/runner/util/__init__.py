@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.util`` package path: helpers its tests and integrations import."""
