@@ -284,6 +284,11 @@ if rank in members:
     params = {"w": torch.full((2,), float(rank))}
     hvd.broadcast_parameters(params, root_rank=members[-1], process_set=even_ranks)
     expect("process_sets", params["w"].tolist() == [float(members[-1])] * 2, "broadcast_parameters %s" % params)
+    # The gradient flows back to the root only: the global rank members[-1].
+    x = torch.ones(3, requires_grad=True)
+    hvd.broadcast(x, root_rank=members[-1], process_set=even_ranks).sum().backward()
+    want = 1.0 if rank == members[-1] else 0.0
+    expect("process_sets", torch.equal(x.grad, torch.full((3,), want)), "broadcast gradient %s" % x.grad)
     out = hvd.reducescatter(torch.ones(len(members), 1), op=hvd.Sum, process_set=even_ranks)
     expect("process_sets", out.tolist() == [[float(len(members))]], "reducescatter %s" % out)
     hvd.barrier(process_set=even_ranks)

@@ -175,7 +175,7 @@ def _grouped_allgather_grad(op, *grads):
 # broadcast
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Returns `tensor` as sent by `root_rank` (a rank of `process_set`)."""
+    """Returns `tensor` as sent by `root_rank` (a global rank that belongs to `process_set`)."""
     tensor = tf.convert_to_tensor(tensor)
     return MPI_LIB.horovod_broadcast(tensor, name=_op_name("HorovodBroadcast", tensor, name), root_rank=root_rank,
                                      ignore_name_scope=ignore_name_scope,
@@ -188,7 +188,7 @@ def _broadcast_grad(op, grad):
     # ranks' output gradients, every other rank zeros (Horovod's rule).
     process_set = _process_set_of(op)
     grad = _allreduce(grad, op=Average, process_set=process_set)
-    if _rank_in(process_set) != op.get_attr("root_rank"):
+    if rank() != op.get_attr("root_rank"):  # a global rank, also on process sets
         grad = grad * 0
     return grad
 

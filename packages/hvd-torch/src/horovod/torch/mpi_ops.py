@@ -851,7 +851,7 @@ def _broadcast_grad(grad_output, root_rank, process_set):
     # Only the root's input reaches the outputs; Horovod gives it the average
     # of the ranks' output gradients and every other rank zeros.
     grad_reduced = allreduce(grad_output.contiguous(), op=Average, process_set=process_set)
-    if process_set.rank() != root_rank:
+    if rank() != root_rank:  # root_rank is a global rank, also on process sets
         grad_reduced = grad_reduced * 0
     return grad_reduced
 
