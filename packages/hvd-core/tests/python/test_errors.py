@@ -131,12 +131,13 @@ for f in [lambda: hvd.allreduce(np.zeros(3, np.complex64)),
           lambda: hvd.allgather(np.array(3.0, np.float32)),
           lambda: hvd.allreduce([1, 2, 3]),
           lambda: hvd.allreduce(np.zeros(3, np.float32), op=hvd.Sum, average=True),
-          lambda: hvd.allreduce(np.zeros(3, bool), op=hvd.Average)]:
+          lambda: hvd.allreduce(np.zeros(3, bool), op=hvd.Average),
+          lambda: hvd.reducescatter(np.zeros(4, np.float32), op=hvd.Adasum)]:
     try:
         f()
         errors.append("no error")
     except (ValueError, TypeError) as e:
-        errors.append(type(e).__name__ + ": " + str(e))
+        errors.append(type(e).__name__ + ": " + str(e) + (" (RuntimeError)" if isinstance(e, RuntimeError) else ""))
 for e in errors:
     print(e)
 '''], capture_output=True, text=True, timeout=60)
@@ -153,6 +154,9 @@ for e in errors:
     assert "numpy.ndarray" in lines[8]
     assert "supersedes average" in lines[9]
     assert "bool" in lines[10] and "averaged" in lines[10]
+    # Horovod raises a RuntimeError for an unsupported operation; hvd's class is also a TypeError.
+    assert lines[11].startswith("HorovodUnsupportedError: reducescatter does not support op=Adasum")
+    assert lines[11].endswith("(RuntimeError)")
 
 
 def test_duplicate_in_flight_name_raises_value_error():

@@ -15,7 +15,7 @@ from horovod.common.collectives import (allgather, allgather_async, allgather_ob
                                         reducescatter_async, synchronize)
 from horovod.common.config import get_cmake_dir, get_include_dir, get_library_path
 from horovod.common.exceptions import (HorovodCollectiveMismatchError, HorovodInternalError,
-                                       HostsUpdatedInterrupt)
+                                       HorovodUnsupportedError, HostsUpdatedInterrupt)
 from horovod.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 _basics = HorovodBasics()

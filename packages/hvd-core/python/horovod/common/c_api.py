@@ -10,7 +10,7 @@ from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_in
                     c_uint8, c_uint16, c_uint64, c_void_p)
 
 from horovod.common import config
-from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError
+from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError, HorovodUnsupportedError
 
 API_MAJOR = 1
 API_MINOR = 2  # this package uses HVD_ENQUEUE_ROOT_RANK_GLOBAL (1.2)
@@ -172,7 +172,7 @@ def error_to_exception(code, message):
     if code == ERROR_TIMEOUT:
         return TimeoutError(message)
     if code == ERROR_UNSUPPORTED:
-        return TypeError(message)
+        return HorovodUnsupportedError(message)
     return ValueError(message)  # invalid argument, not initialized, duplicate name
 
 

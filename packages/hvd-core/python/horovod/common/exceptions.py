@@ -6,6 +6,7 @@ __all__ = [
     "HorovodInternalError",
     "HostsUpdatedInterrupt",
     "HorovodCollectiveMismatchError",
+    "HorovodUnsupportedError",
     "HorovodVersionMismatchError",
     "get_version_mismatch_message",
 ]
@@ -43,6 +44,16 @@ class HorovodCollectiveMismatchError(RuntimeError):
 
     Raised on every rank that took part, with a message naming the tensor and the
     ranks. The engine stays usable: later collectives work.
+    """
+
+
+class HorovodUnsupportedError(TypeError, NotImplementedError):
+    """hvd cannot run this combination of dtype, operation and device (for
+    example reducescatter with op=Adasum, or a complex tensor).
+
+    Nothing was enqueued. It is a TypeError and a NotImplementedError (so a
+    RuntimeError, which is what Horovod raises for such calls): ``except``
+    clauses written for either keep working.
     """
 
 
