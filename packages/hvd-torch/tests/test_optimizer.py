@@ -212,11 +212,12 @@ with opt.skip_synchronize():
 opt.zero_grad()
 done.append("unused_parameter")
 
-# 8. sparse gradients: as dense, and through sparse_allreduce_async
+# 8. sparse gradients: as dense, and through sparse_allreduce_async; either
+# way the averaged gradient stays sparse (SparseAdam refuses dense ones)
 for as_dense in (True, False):
     torch.manual_seed(4)
     emb = torch.nn.Embedding(10, 3, sparse=True)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.1),
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1),
                                    named_parameters=emb.named_parameters(), sparse_as_dense=as_dense)
     idx = torch.tensor([rank % 10, 7, (3 * rank) % 10])
     ref = copy.deepcopy(emb)
@@ -224,6 +225,7 @@ for as_dense in (True, False):
     want = hvd.allreduce(ref.weight.grad.to_dense(), name="ref.sparse")
     emb(idx).sum().backward()
     opt.synchronize()
+    assert emb.weight.grad.is_sparse, "sparse_as_dense=%s left a dense gradient" % as_dense
     close([emb.weight.grad.to_dense()], [want])
     with opt.skip_synchronize():
         opt.step()

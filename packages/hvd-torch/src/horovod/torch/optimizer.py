@@ -291,7 +291,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         compressor_ctx, replace = ctx
         result = self._compression.decompress(output, compressor_ctx)
         if replace:
-            p.grad = result  # sparse_as_dense: the dense average replaces the sparse grad
+            # sparse_as_dense: the gradient was sparse and the wrapped optimizer
+            # may accept only sparse ones (SparseAdam): hand the average back sparse.
+            p.grad = result.to_sparse()
         elif result is not p.grad:
             # A compressed or contiguous copy was reduced: write it back into
             # the gradient's own storage (which the wrapped optimizer and any
