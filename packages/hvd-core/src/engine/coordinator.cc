@@ -246,11 +246,10 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
   for (int m = 0; m < size(); ++m) {
     if (!p.have[static_cast<size_t>(m)]) joined_missing.push_back(m);
   }
-  if (!joined_missing.empty()) {
-    if (c != Collective::kAllreduce && c != Collective::kAllgather) {
-      return std::string(collective_name(c)) + " of tensor '" + name + "' cannot run while rank(s) " +
-             rank_list(joined_missing) + " have joined: only allreduce and allgather support join.";
-    }
+  // As in Horovod, a joined rank can only stand in for an allreduce (with zeros).
+  if (!joined_missing.empty() && c != Collective::kAllreduce) {
+    return std::string(collective_name(c)) + " of tensor '" + name + "' cannot run while rank(s) " +
+           rank_list(joined_missing) + " have joined: only allreduce supports join.";
   }
   return "";
 }

@@ -17,7 +17,7 @@ class Communicator;
 class Timeline;
 
 // This rank's tensor for one name of a response; handle == nullptr when the
-// rank has joined and takes part with zeros / no rows.
+// rank has joined and takes part in an allreduce with zeros.
 struct LocalTensor {
   hvd_handle* handle = nullptr;
   size_t index = 0;

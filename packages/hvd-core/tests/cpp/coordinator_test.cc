@@ -191,6 +191,15 @@ HVD_TEST(joined_ranks_take_part_with_zeros_and_join_reports_the_last_rank) {
   EXPECT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].kind == Response::Kind::kError);
   EXPECT_TRUE(contains(out[0].error_message, "joined"));
+  // Nor an allgather (Horovod's rule): only allreduce runs with joined ranks.
+  RequestMeta g = allreduce("g", {1});
+  g.collective = Collective::kAllgather;
+  c.add_request(0, g, now);
+  c.add_request(1, g, now);
+  out = c.take_responses(now, &wake);
+  EXPECT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].kind == Response::Kind::kError);
+  EXPECT_TRUE(contains(out[0].error_message, "only allreduce supports join"));
 }
 
 HVD_TEST(a_group_is_released_only_when_all_its_tensors_are_ready) {

@@ -248,6 +248,13 @@ out["barrier_waited"] = time.time() - t0 >= 0.45
 sums = []
 for step in range(rank + 1):
     sums.append(hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum, name="step.%d" % step).tolist())
+# Only allreduce can run while some ranks have joined (Horovod's rule).
+if rank == size - 1 and size > 1:
+    try:
+        hvd.allgather(np.ones(1, np.float32), name="gather_after_join")
+        out["allgather_refused"] = False
+    except hvd.HorovodCollectiveMismatchError as e:
+        out["allgather_refused"] = "only allreduce supports join" in str(e)
 last = hvd.join()
 out["last"] = last == size - 1
 out["sums"] = sums == [[float(size - s)] * 3 for s in range(rank + 1)]
