@@ -7,29 +7,13 @@ message asking for ``--network-interfaces``); a job with only local slots
 uses the loopback address.
 """
 
-import fcntl
 import socket
-import struct
 from typing import List, Optional, Sequence
 
+from horovod.common.network_interfaces import interface_ipv4_address, list_interfaces
 from horovod.runner.errors import BadInputError, HostUnreachableError
 
-_SIOCGIFADDR = 0x8915
-
-
-def interface_ipv4_address(name: str) -> Optional[str]:
-    """Returns the IPv4 address of network interface ``name``, or None when it has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-        except OSError:
-            return None
-    return socket.inet_ntoa(packed[20:24])
-
-
-def list_interfaces() -> List[str]:
-    """Returns the names of this host's network interfaces."""
-    return [name for _, name in socket.if_nameindex()]
+__all__ = ["interface_ipv4_address", "list_interfaces", "parse_interfaces", "rendezvous_address"]
 
 
 def parse_interfaces(value: str) -> List[str]:
