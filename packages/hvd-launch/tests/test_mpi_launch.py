@@ -16,7 +16,7 @@ PRINT_MPI_ENV = (
     "'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_RANK', "
     "'OMPI_COMM_WORLD_LOCAL_SIZE', 'PMI_RANK', 'PMI_SIZE', 'MPI_LOCALRANKID', 'MPI_LOCALNRANKS', "
     "'HOROVOD_GLOO_RENDEZVOUS_ADDR', 'HOROVOD_GLOO_RENDEZVOUS_PORT', 'HOROVOD_SECRET_KEY', "
-    "'HOROVOD_FUSION_THRESHOLD', 'CALLER_SETTING')}))")
+    "'HOROVOD_FUSION_THRESHOLD', 'CALLER_SETTING', 'NCCL_DEBUG')}))")
 
 
 def _mpi_ids(env):
@@ -108,11 +108,15 @@ def test_killed_launcher_leaves_no_mpi_ranks_behind(mpi_bin, tmp_path):
 
 @pytest.mark.ssh
 def test_mpirun_reaches_remote_hosts_with_the_ssh_options(mpi_bin, sshd):
-    env = mpi_env(mpi_bin, HVDRUN_SSH_OPTIONS=sshd.ssh_options)
+    # The user's environment reaches the remote rank too (as Horovod forwards it).
+    env = mpi_env(mpi_bin, HVDRUN_SSH_OPTIONS=sshd.ssh_options, CALLER_SETTING="kept", NCCL_DEBUG="INFO")
     result = horovodrun("--mpi", "-np", 2, "-H", "localhost:1,127.0.0.2:1", "-p", sshd.port,
                         "-i", sshd.identity_file, sys.executable, "-c", PRINT_MPI_ENV, env=env,
                         timeout=120)
     assert result.returncode == 0, result.stderr
-    ids = sorted(_mpi_ids(json.loads(line.split(":", 1)[1])) for line in result.stdout.splitlines())
+    reports = [json.loads(line.split(":", 1)[1]) for line in result.stdout.splitlines()]
+    ids = sorted(_mpi_ids(r) for r in reports)
     # One rank per "host": each is local rank 0 of 1.
     assert ids == [(0, 2, 0, 1), (1, 2, 0, 1)]
+    for report in reports:
+        assert report["CALLER_SETTING"] == "kept" and report["NCCL_DEBUG"] == "INFO", report

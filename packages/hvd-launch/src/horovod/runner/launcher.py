@@ -8,6 +8,7 @@ nothing.
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
@@ -186,13 +187,18 @@ def _gloo_command(settings: LaunchSettings, slot: SlotInfo, env: Dict[str, str],
                          output_dir=_output_dir(settings, slot.rank))
 
 
+# Who-am-I variables of an MPI launcher that horovodrun itself may run under:
+# forwarded, they would override each rank's own.
+_MPI_RANK_IDENTITY = re.compile(r"^(OMPI_COMM_WORLD_|OMPI_UNIVERSE_SIZE|PMIX_|PMI_|HYDRA_|MPI_LOCAL)")
+
+
 def _mpirun_command(settings: LaunchSettings, mpi_impl, slots: Sequence[SlotInfo],
                     env: Dict[str, str], all_local: bool) -> WorkerCommand:
     # Remote MPI ranks get only the variables named here (local ones inherit
-    # mpirun's environment): the job's own and those that find Python.
-    forwarded = sorted(k for k in env
-                       if k.startswith("HOROVOD_") or k in settings.extra_env
-                       or k in ("PYTHONUNBUFFERED", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH"))
+    # mpirun's environment): as with ssh, the whole environment but the login
+    # session's own variables (NCCL_*, OMP_NUM_THREADS, WANDB_* ... arrive), as
+    # Horovod forwards it. Values stay off the command line (names only).
+    forwarded = sorted(k for k in ssh.remote_env(env) if not _MPI_RANK_IDENTITY.match(k))
     used_hosts: List[HostSlots] = []
     for host in settings.hosts:
         count = sum(1 for s in slots if s.hostname == host.hostname)
