@@ -159,14 +159,27 @@ std::vector<Response> Coordinator::take_divergence_errors(Clock::time_point now)
   why << "). A rank skipped a collective - it raised an exception and moved on, or took another branch - or the "
          "ranks run different code: every rank must submit the same collectives. The pending operations of "
          "this process set were cancelled.";
-  for (const auto& name : arrival_order_) {
-    if (!pending_.count(name)) continue;
+  auto cancel = [&](const std::string& name, Collective collective) {
     Response r;
     r.kind = Response::Kind::kError;
+    r.collective = collective;
     r.names.push_back(name);
     r.error_message = why.str();
     r.error_code = HVD_ERROR_PRECONDITION;
     out.push_back(std::move(r));
+  };
+  for (const auto& name : arrival_order_) {
+    auto it = pending_.find(name);
+    if (it == pending_.end()) continue;
+    const Pending& p = it->second;
+    int submitter = static_cast<int>(std::find(p.have.begin(), p.have.end(), 1) - p.have.begin());
+    cancel(name, p.metas[static_cast<size_t>(submitter)].collective);
+  }
+  if (joined_count_ > 0) {  // the joined ranks wait too: their join fails as well
+    cancel("join", Collective::kJoin);
+    joined_.assign(static_cast<size_t>(size()), 0);
+    joined_count_ = 0;
+    last_joined_ = -1;
   }
   HVD_LOG(kError, why.str());
   pending_.clear();

@@ -332,6 +332,16 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       }
       continue;
     }
+    if (r.kind == Response::Kind::kError && r.collective == Collective::kJoin) {
+      if (join_handle_ != nullptr) {
+        hvd_handle* h = join_handle_;
+        join_handle_ = nullptr;
+        release_name("join");
+        Error error(static_cast<ErrorCode>(r.error_code), r.error_message);
+        handle_complete_tensor(h, 0, &error);
+      }
+      continue;
+    }
     if (r.kind == Response::Kind::kError) {
       Error error(static_cast<ErrorCode>(r.error_code), r.error_message);
       for (const auto& name : r.names) {

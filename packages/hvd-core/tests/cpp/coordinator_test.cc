@@ -320,8 +320,13 @@ HVD_TEST(divergence_needs_every_rank_blocked_and_nothing_ready) {
     c.set_waiting(0, {"a"}, t0);
     c.set_waiting(1, {"b"}, t0);
     auto out = c.take_divergence_errors(late);
-    EXPECT_EQ(out.size(), 2u);
+    // Both tensors, and the joined rank's join, fail; join starts afresh.
+    EXPECT_EQ(out.size(), 3u);
     EXPECT_TRUE(contains(out[0].error_message, "rank 2 has joined"));
+    EXPECT_TRUE(out[2].collective == Collective::kJoin && out[2].kind == Response::Kind::kError);
+    Clock::time_point wake = Clock::time_point::max();
+    c.add_request(0, allreduce("after", {1}), late);
+    EXPECT_TRUE(c.take_responses(late, &wake).empty());  // rank 2 no longer counts as joined
   }
   {
     // Disabled with divergence_seconds = 0.
