@@ -255,20 +255,11 @@ void reduce_many_half(void* dst, const void* const* srcs, size_t num_srcs, size_
   }
 }
 
-// The product in double, rounded once to float (as Horovod scales): with the
-// factor rounded to float first, an average x * (1/3) would often differ in
-// the last bit from x / 3. Built for wide vectors too (picked at load time):
-// with SSE2 alone the conversions make it 1.6x slower than a float multiply,
-// with AVX2 it is as fast (memory-bound).
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void scale_copy_float(float* dst, const float* src, size_t count, double factor) {
-  for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(static_cast<double>(src[i]) * factor);
-}
-
 template <typename T>
 void scale_copy_typed(T* dst, const T* src, size_t count, double factor) {
   if constexpr (std::is_same_v<T, float>) {
-    scale_copy_float(dst, src, count, factor);
+    float f = static_cast<float>(factor);
+    for (size_t i = 0; i < count; ++i) dst[i] = src[i] * f;
   } else if constexpr (std::is_floating_point_v<T>) {
     for (size_t i = 0; i < count; ++i) dst[i] = src[i] * factor;
   } else {
