@@ -171,6 +171,17 @@ HVD_TEST(scale_truncates_integers_toward_zero_and_rounds_halves) {
   EXPECT_EQ(bf[0], float_to_bfloat16(3.0f));
 }
 
+HVD_TEST(float32_scaling_uses_a_float_factor_as_horovod_does) {
+  // Horovod multiplies float32 buffers by the factor rounded to float (its
+  // tests compute expected values the same way): x * float(0.3), not the
+  // double product rounded once.
+  std::vector<float> xs;
+  for (int i = 0; i < 1000; ++i) xs.push_back(static_cast<float>(i * 7919 % 2003 - 1000) * 0.37f);
+  std::vector<float> scaled(xs.size());
+  scale_copy(scaled.data(), xs.data(), xs.size(), DataType::kFloat32, 0.3);
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(scaled[i], xs[i] * static_cast<float>(0.3));
+}
+
 HVD_TEST(dtype_names_sizes_and_dlpack_mapping_round_trip) {
   for (int d = 0; d <= static_cast<int>(DataType::kBool); ++d) {
     DataType dtype = static_cast<DataType>(d);
