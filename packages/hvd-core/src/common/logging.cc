@@ -32,6 +32,17 @@ LogLevel threshold() {
   return level;
 }
 
+// HOROVOD_LOG_HIDE_TIME=1 leaves the timestamp out (e.g. when a launcher or
+// the job's log collector adds its own).
+bool hide_time() {
+  static const bool hide = [] {
+    const char* v = std::getenv("HOROVOD_LOG_HIDE_TIME");
+    return v != nullptr && (std::strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 ||
+                            strcasecmp(v, "on") == 0);
+  }();
+  return hide;
+}
+
 const char* level_name(LogLevel level) {
   switch (level) {
     case LogLevel::kTrace: return "TRACE";
@@ -51,12 +62,16 @@ bool log_enabled(LogLevel level) { return static_cast<int>(level) >= static_cast
 void set_log_rank(int rank) { g_rank.store(rank); }
 
 void log_message(LogLevel level, const std::string& message) {
-  char stamp[32];
-  std::time_t now = std::time(nullptr);
-  std::tm tm_now;
-  localtime_r(&now, &tm_now);
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm_now);
-  std::string line = std::string("[") + stamp + " hvd";
+  std::string line = "[";
+  if (!hide_time()) {
+    char stamp[32];
+    std::time_t now = std::time(nullptr);
+    std::tm tm_now;
+    localtime_r(&now, &tm_now);
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S ", &tm_now);
+    line += stamp;
+  }
+  line += "hvd";
   int rank = g_rank.load();
   if (rank >= 0) line += " rank " + std::to_string(rank);
   line += "] ";

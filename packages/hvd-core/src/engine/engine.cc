@@ -20,6 +20,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "engine/inert_knobs.h"
 #include "net/connection_manager.h"
 #include "rendezvous/store.h"
 
@@ -47,6 +48,37 @@ std::string local_hostname() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
+}
+
+// HOROVOD_THREAD_AFFINITY: a comma-separated core per local rank; the
+// background threads of this rank's process sets run on its core. -1: unset.
+int background_core(int local_rank, int local_size) {
+  const std::string spec = env_string("HOROVOD_THREAD_AFFINITY", "");
+  if (spec.empty()) return -1;
+  std::vector<int> cores;
+  std::istringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int core = -1;
+    try {
+      core = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || core < 0) {
+      throw_error(ErrorCode::kInvalidArgument, "HOROVOD_THREAD_AFFINITY=" + spec + ": '" + item +
+                                                   "' is not a core number (expected one core per local rank, "
+                                                   "e.g. 0,4,8,12)");
+    }
+    cores.push_back(core);
+  }
+  if (static_cast<int>(cores.size()) < local_size) {
+    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_THREAD_AFFINITY=" + spec + " names " +
+                                                 std::to_string(cores.size()) + " core(s), but this host runs " +
+                                                 std::to_string(local_size) + " ranks: give one per local rank");
+  }
+  return cores[static_cast<size_t>(local_rank)];
 }
 
 }  // namespace
@@ -198,6 +230,8 @@ void Engine::start(const hvd_init_args* args) {
   // Spinning only pays when every local rank can have a core to itself.
   config_.spin = static_cast<unsigned>(host_counts[hostname]) <= std::max(1u, std::thread::hardware_concurrency());
 
+  config_.background_core = background_core(t.local_rank, t.local_size);
+
   context_.config = config_;
   context_.global_rank = t.rank;
   context_.hosts = t.hosts;
@@ -233,6 +267,9 @@ void Engine::start(const hvd_init_args* args) {
       }
       create_process_set(next_set_id_++, ranks);
     }
+  }
+  if (t.rank == 0) {
+    for (const auto& notice : inert_knob_notices()) HVD_LOG(kWarning, notice);
   }
   HVD_LOG(kInfo, "initialized: rank " << t.rank << " of " << t.size << ", local rank " << t.local_rank << " of "
                                       << t.local_size << ", host " << hostname);

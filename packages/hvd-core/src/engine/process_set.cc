@@ -9,6 +9,7 @@
 #include "engine/process_set.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -117,6 +118,19 @@ void ProcessSetRuntime::start() {
                            cfg.peer_timeout_seconds);
   }
   thread_ = std::thread([this] { loop(); });
+  if (cfg.background_core >= 0) {
+    // From here, not from the thread itself: pinned before init() returns.
+    cpu_set_t cores;
+    CPU_ZERO(&cores);
+    CPU_SET(cfg.background_core, &cores);
+    int rc = pthread_setaffinity_np(thread_.native_handle(), sizeof(cores), &cores);
+    if (rc != 0) {
+      HVD_LOG(kWarning, "HOROVOD_THREAD_AFFINITY: cannot pin the background thread of process set "
+                            << id_ << " to core " << cfg.background_core << ": " << std::strerror(rc));
+    } else {
+      HVD_LOG(kDebug, "background thread of process set " << id_ << " pinned to core " << cfg.background_core);
+    }
+  }
 }
 
 void ProcessSetRuntime::enqueue(hvd_handle* handle) {

@@ -41,6 +41,7 @@ struct EngineConfig {
   bool hierarchical = true;
   bool use_mpi = false;  // HOROVOD_CPU_OPERATIONS=mpi
   bool spin = true;  // busy-poll briefly after activity (off when oversubscribed)
+  int background_core = -1;  // HOROVOD_THREAD_AFFINITY: pin background threads here; -1: no pinning
 };
 
 // What a process set needs from the engine.

@@ -1,0 +1,75 @@
+// inert_knobs.cc - see inert_knobs.h. Knobs hvd honours are read where they
+// act (engine.cc, logging.cc, the bindings); docs/core.md lists both kinds.
+#include "engine/inert_knobs.h"
+
+#include <strings.h>
+
+#include "common/env.h"
+
+namespace hvd {
+namespace {
+
+constexpr const char* kNoGpuPath =
+    "hvd has no NCCL/GPU data path yet (CUDA tensors are staged through host memory)";
+constexpr const char* kNoAutotune =
+    "hvd has no autotuner; set HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME directly";
+
+struct InertKnob {
+  const char* name;
+  const char* reason;
+};
+
+constexpr InertKnob kInertKnobs[] = {
+    {"HOROVOD_AUTOTUNE", kNoAutotune},
+    {"HOROVOD_AUTOTUNE_LOG", kNoAutotune},
+    {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", kNoAutotune},
+    {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kNoAutotune},
+    {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kNoAutotune},
+    {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kNoAutotune},
+    {"HOROVOD_HIERARCHICAL_ALLGATHER",
+     "hvd's allgather crosses hosts in one TCP ring; only allreduce is hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)"},
+    {"HOROVOD_TORUS_ALLREDUCE", kNoGpuPath},
+    {"HOROVOD_NUM_NCCL_STREAMS", kNoGpuPath},
+    {"HOROVOD_GPU_OPERATIONS", kNoGpuPath},
+    {"HOROVOD_GPU_ALLREDUCE", kNoGpuPath},
+    {"HOROVOD_GPU_ALLGATHER", kNoGpuPath},
+    {"HOROVOD_GPU_BROADCAST", kNoGpuPath},
+    {"HOROVOD_GPU_ALLTOALL", kNoGpuPath},
+    {"HOROVOD_GPU_REDUCESCATTER", kNoGpuPath},
+    {"HOROVOD_BATCH_D2D_MEMCOPIES", kNoGpuPath},
+    {"HOROVOD_ENABLE_ASYNC_COMPLETION", kNoGpuPath},
+    {"HOROVOD_DISABLE_NVTX_RANGES", kNoGpuPath},
+    {"HOROVOD_CCL_CACHE", "hvd has no oneCCL backend"},
+    {"HOROVOD_CCL_BGT_AFFINITY", "hvd has no oneCCL backend"},
+    {"HOROVOD_MPI_THREADS_DISABLE",
+     "hvd's MPI data plane (HOROVOD_CPU_OPERATIONS=mpi) needs MPI_THREAD_MULTIPLE"},
+    {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "hvd's Adasum runs over its own transports, not in MPI chunks"},
+    {"HOROVOD_DISABLE_GROUP_FUSION", "hvd always fuses grouped tensors with other ready tensors"},
+};
+
+bool is_false(const std::string& value) {
+  return value.empty() || value == "0" || strcasecmp(value.c_str(), "false") == 0 ||
+         strcasecmp(value.c_str(), "no") == 0 || strcasecmp(value.c_str(), "off") == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> inert_knob_notices() {
+  std::vector<std::string> notices;
+  for (const auto& knob : kInertKnobs) {
+    std::string value = env_string(knob.name, "");
+    if (is_false(value)) continue;
+    notices.push_back(std::string(knob.name) + "=" + value + " has no effect: " + knob.reason);
+  }
+  // The controller: hvd always negotiates over its own TCP controller (which
+  // stands in for Gloo's); MPI can carry the data instead.
+  std::string controller = env_string("HOROVOD_CONTROLLER", "");
+  if (strcasecmp(controller.c_str(), "mpi") == 0) {
+    notices.push_back("HOROVOD_CONTROLLER=" + controller +
+                      " has no effect: hvd negotiates over its own controller; HOROVOD_CPU_OPERATIONS=mpi moves "
+                      "the data through MPI");
+  }
+  return notices;
+}
+
+}  // namespace hvd
