@@ -92,6 +92,77 @@ def test_tuning_flags_map_to_horovod_variables():
     }
 
 
+# Every flag of Horovod's horovodrun (0.28), with a value where it takes one.
+HOROVOD_FLAGS = [
+    ["-v"], ["-np", "2"], ["-cb"], ["--disable-cache"], ["--start-timeout", "5"], ["--network-interface", "lo"],
+    ["--output-filename", "out"], ["--verbose"], ["--config-file", None], ["-p", "22"], ["-i", None],
+    ["--tcp"], ["--binding-args", "x"], ["--fusion-threshold-mb", "1"], ["--cycle-time-ms", "1"],
+    ["--cache-capacity", "1"], ["--hierarchical-allreduce"], ["--no-hierarchical-allreduce"],
+    ["--hierarchical-allgather"], ["--no-hierarchical-allgather"], ["--torus-allreduce"], ["--no-torus-allreduce"],
+    ["--autotune"], ["--no-autotune"], ["--autotune-log-file", "f"], ["--autotune-warmup-samples", "1"],
+    ["--autotune-steps-per-sample", "1"], ["--autotune-bayes-opt-max-samples", "1"],
+    ["--autotune-gaussian-process-noise", "0.1"], ["--min-np", "1"], ["--max-np", "2"], ["--slots-per-host", "1"],
+    ["--elastic-timeout", "1"], ["--reset-limit", "1"], ["--blacklist-cooldown-range", "1", "2"],
+    ["--timeline-filename", "t"], ["--timeline-mark-cycles"], ["--no-timeline-mark-cycles"], ["--no-stall-check"],
+    ["--stall-check"], ["--stall-check-warning-time-seconds", "1"], ["--stall-check-shutdown-time-seconds", "1"],
+    ["--mpi-threads-disable"], ["--no-mpi-threads-disable"], ["--num-nccl-streams", "1"],
+    ["--thread-affinity", "0"], ["--gloo-timeout-seconds", "1"], ["--log-level", "INFO"], ["--log-with-timestamp"],
+    ["--log-without-timestamp"], ["-prefix-timestamp"], ["--prefix-output-with-timestamp"],
+    ["--log-hide-timestamp"], ["--no-log-hide-timestamp"], ["-H", "a:1"], ["-hostfile", None],
+    ["--host-discovery-script", "d"], ["--mpi-args", "x"], ["--gloo"], ["--mpi"], ["--jsrun"],
+]
+
+
+@pytest.mark.parametrize("flag", HOROVOD_FLAGS, ids=lambda f: f[0])
+def test_every_horovod_flag_is_accepted(flag, tmp_path):
+    path = tmp_path / "file"
+    path.write_text("")  # for flags that name a file (an empty config file, host file, key)
+    argv = [str(path) if part is None else part for part in flag]
+    args = _resolve(argv + ["echo"])
+    assert args.command == ["echo"]
+
+
+@pytest.mark.parametrize("argv,variable,value", [
+    (["--no-hierarchical-allreduce"], "HOROVOD_HIERARCHICAL_ALLREDUCE", "0"),
+    (["--no-hierarchical-allgather"], "HOROVOD_HIERARCHICAL_ALLGATHER", "0"),
+    (["--torus-allreduce"], "HOROVOD_TORUS_ALLREDUCE", "1"),
+    (["--no-torus-allreduce"], "HOROVOD_TORUS_ALLREDUCE", "0"),
+    (["--no-autotune"], "HOROVOD_AUTOTUNE", "0"),
+    (["--no-timeline-mark-cycles"], "HOROVOD_TIMELINE_MARK_CYCLES", "0"),
+    (["--stall-check"], "HOROVOD_STALL_CHECK_DISABLE", "0"),
+    (["--no-mpi-threads-disable"], "HOROVOD_MPI_THREADS_DISABLE", "0"),
+    (["--log-without-timestamp"], "HOROVOD_LOG_HIDE_TIME", "1"),
+    (["--log-hide-timestamp"], "HOROVOD_LOG_HIDE_TIME", "1"),
+    (["--log-with-timestamp"], "HOROVOD_LOG_HIDE_TIME", "0"),
+    (["--no-log-hide-timestamp"], "HOROVOD_LOG_HIDE_TIME", "0"),
+])
+def test_negated_and_alias_flags_set_the_variable_either_way(argv, variable, value):
+    assert tuning_env(settings_from_args(_resolve(argv + ["-np", "1", "echo"])).tuning) == {variable: value}
+
+
+def test_a_flag_and_its_negation_are_mutually_exclusive(capsys):
+    with pytest.raises(SystemExit):
+        _resolve(["--autotune", "--no-autotune", "echo"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_launcher_flags_without_effect_say_so(capsys):
+    from horovod.runner.launch import _inert_flag_notices
+    notices = _inert_flag_notices(_resolve(["--jsrun", "--disable-cache", "echo"]))
+    assert len(notices) == 2
+    assert notices[0].startswith("--jsrun has no effect") and notices[1].startswith("--disable-cache has no effect")
+    assert _inert_flag_notices(_resolve(["--gloo", "echo"])) == []
+
+
+def test_config_file_controller_and_timestamp_keys(tmp_path):
+    path = tmp_path / "hvd.yaml"
+    path.write_text("controller: mpi\nlogging:\n  with_timestamp: false\n")
+    assert load_config_file(str(path)) == {"use_mpi": True, "log_hide_timestamp": True}
+    path.write_text("controller: ccl\n")
+    with pytest.raises(BadInputError, match="controller must be gloo or mpi"):
+        load_config_file(str(path))
+
+
 def test_unset_flags_set_no_variables():
     assert tuning_env(settings_from_args(_resolve(["-np", "1", "echo"])).tuning) == {}
 

@@ -20,6 +20,8 @@ Example::
       gloo_timeout_seconds: 30
     logging:
       level: INFO
+      with_timestamp: true
+    controller: gloo
 
 A flag given on the command line wins over the file.
 """
@@ -73,9 +75,14 @@ def load_config_file(path: str) -> Dict[str, Any]:
         raise BadInputError(f"config file {path!r} must be a mapping of sections")
 
     by_key = {flag.config_key: flag for flag in TUNING_FLAGS}
-    sections = {section for section, _ in by_key} | {"elastic"}
+    sections = {section for section, _ in by_key} | {"elastic", "controller"}
     values: Dict[str, Any] = {}
     for section, body in document.items():
+        if section == "controller":  # a value, not a section: gloo or mpi
+            if not isinstance(body, str) or body.lower() not in ("gloo", "mpi"):
+                raise BadInputError(f"config file {path!r}: controller must be gloo or mpi, got {body!r}")
+            values["use_" + body.lower()] = True
+            continue
         if section not in sections:
             raise BadInputError(
                 f"config file {path!r}: unknown section {section!r}; known sections are "

@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
          help="YAML file with tuning parameters in Horovod's sections (params, autotune, "
               "timeline, stall_check, library_options, logging); flags win over it.")
     _add(job, "--disable-cache", dest="disable_cache", action="store_true",
-         help="Accepted for Horovod compatibility; hvd keeps no cache of host checks.")
+         help="Accepted for Horovod compatibility (no effect: hvd keeps no cache of host checks).")
     _add(job, "--verbose", dest="verbose", action="store_true",
          help="Print what the launcher does (host checks, rendezvous, mpirun command).")
 
@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
          help="Start ranks directly and over ssh (the default).")
     _add(controller, "--mpi", dest="use_mpi", action="store_true",
          help="Start ranks with mpirun (Open MPI or MPICH).")
+    _add(controller, "--jsrun", dest="use_jsrun", action="store_true",
+         help="Accepted for Horovod compatibility (no effect: hvd has no jsrun launcher; ranks "
+              "start as with --gloo).")
     mpi = parser.add_argument_group("mpi")
     _add(mpi, "--mpi-args", dest="mpi_args", metavar="'ARGS'",
          help="Extra arguments for mpirun, as one quoted string.")
@@ -195,14 +198,18 @@ def build_parser() -> argparse.ArgumentParser:
     output = parser.add_argument_group("output")
     _add(output, "--output-filename", dest="output_filename", metavar="DIR",
          help="Also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr.")
-    _add(output, "--prefix-output-with-timestamp", dest="prefix_output_with_timestamp",
+    _add(output, "-prefix-timestamp", "--prefix-output-with-timestamp", dest="prefix_output_with_timestamp",
          action="store_true", help="Put the time in front of each forwarded output line.")
 
     tuning = parser.add_argument_group("tuning (each sets the HOROVOD_* variable named)")
     for flag in TUNING_FLAGS:
         kwargs = {"dest": flag.dest, "help": f"{flag.help} -> {flag.env_var}."}
+        group = tuning
         if flag.kind is bool:
             kwargs["action"] = "store_true"
+            if flag.negations:
+                # As Horovod: --x and --no-x, one or the other.
+                group = tuning.add_mutually_exclusive_group()
         else:
             kwargs["type"] = flag.kind
             kwargs["metavar"] = flag.kind.__name__.upper()
@@ -210,7 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["choices"] = LOG_LEVELS
             kwargs["type"] = str.upper
             kwargs["metavar"] = "LEVEL"
-        _add(tuning, flag.flag, **kwargs)
+        _add(group, flag.flag, *flag.aliases, **kwargs)
+        if flag.negations:
+            group.add_argument(*flag.negations, dest=flag.dest, action="store_false", default=None,
+                               help=f"The opposite: sets {flag.env_var}=0.")
 
     elastic = parser.add_argument_group("elastic (needs hvd-elastic)")
     _add(elastic, "--min-np", "--min-num-proc", dest="min_num_proc", type=int, metavar="N",
@@ -277,6 +287,8 @@ def resolve_args(parser: argparse.ArgumentParser, argv: Optional[List[str]] = No
     for action in parser._actions:
         if action.dest in _NO_MIRROR or getattr(args, action.dest, None) is not None:
             continue
+        if isinstance(action, argparse._StoreFalseAction):
+            continue  # a --no-x flag: its variable is the --x flag's
         for name in (_MIRRORS.get(action.dest), _HOROVOD_ENV_MIRRORS.get(action.dest)):
             if name and environ.get(name) not in (None, ""):
                 setattr(args, action.dest, _parse_env_value(action, name, environ[name]))
@@ -347,6 +359,17 @@ def _run_elastic(args: argparse.Namespace) -> int:
     return elastic.launch_elastic(args)
 
 
+def _inert_flag_notices(args: argparse.Namespace) -> List[str]:
+    """One line for each launcher flag given that has no effect in hvd. (Tuning flags
+    without effect are reported by the engine, which sees the variables they set.)"""
+    notices = []
+    if args.use_jsrun:
+        notices.append("--jsrun has no effect: hvd has no jsrun launcher; the ranks start as with --gloo")
+    if args.disable_cache:
+        notices.append("--disable-cache has no effect: hvd keeps no cache of host checks")
+    return notices
+
+
 def _describe_rank(settings: LaunchSettings, label: str) -> str:
     if label == "mpirun":
         return "mpirun"
@@ -373,6 +396,8 @@ def run_commandline(argv: Optional[List[str]] = None) -> int:
         if _elastic_requested(args):
             return _run_elastic(args)
         settings = settings_from_args(args)
+        for notice in _inert_flag_notices(args):
+            sys.stderr.write(f"horovodrun: {notice}\n")
 
         def on_failure(status):
             if status.label == "mpirun":

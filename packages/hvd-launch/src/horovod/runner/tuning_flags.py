@@ -30,6 +30,10 @@ class TuningFlag:
     to_env: Callable[[Any], str] = str
     # For "disable" flags whose config-file key is the positive "enabled".
     config_inverted: bool = False
+    # More spellings that set the same value (bool flags: True), and Horovod's
+    # spellings that set a bool flag to False (--no-..., --stall-check).
+    aliases: Tuple[str, ...] = ()
+    negations: Tuple[str, ...] = ()
 
 
 TUNING_FLAGS = (
@@ -46,13 +50,19 @@ TUNING_FLAGS = (
                "Number of entries in the response cache (default 1024; 0 disables it)."),
     TuningFlag("--hierarchical-allreduce", "hierarchical_allreduce", bool,
                "HOROVOD_HIERARCHICAL_ALLREDUCE", ("params", "hierarchical_allreduce"),
-               "Reduce within each host first, then across hosts.", _bool_env),
+               "Reduce within each host first, then across hosts (hvd's default when the job spans "
+               "hosts).", _bool_env, negations=("--no-hierarchical-allreduce",)),
     TuningFlag("--hierarchical-allgather", "hierarchical_allgather", bool,
                "HOROVOD_HIERARCHICAL_ALLGATHER", ("params", "hierarchical_allgather"),
-               "Gather within each host first, then across hosts.", _bool_env),
+               "Gather within each host first, then across hosts (no effect in hvd).", _bool_env,
+               negations=("--no-hierarchical-allgather",)),
+    TuningFlag("--torus-allreduce", "torus_allreduce", bool, "HOROVOD_TORUS_ALLREDUCE",
+               ("params", "torus_allreduce"),
+               "2D torus allreduce over NCCL (no effect in hvd: no NCCL data path yet).", _bool_env,
+               negations=("--no-torus-allreduce",)),
     TuningFlag("--autotune", "autotune", bool, "HOROVOD_AUTOTUNE", ("autotune", "enabled"),
-               "Tune fusion threshold, cycle time and hierarchical modes while training.",
-               _bool_env),
+               "Tune fusion threshold, cycle time and hierarchical modes while training "
+               "(no effect in hvd: no autotuner).", _bool_env, negations=("--no-autotune",)),
     TuningFlag("--autotune-log-file", "autotune_log_file", str, "HOROVOD_AUTOTUNE_LOG",
                ("autotune", "log_file"), "CSV file the autotuner logs its samples to."),
     TuningFlag("--autotune-warmup-samples", "autotune_warmup_samples", int,
@@ -73,11 +83,12 @@ TUNING_FLAGS = (
                "Write a Chrome-trace timeline of engine activity to this file."),
     TuningFlag("--timeline-mark-cycles", "timeline_mark_cycles", bool,
                "HOROVOD_TIMELINE_MARK_CYCLES", ("timeline", "mark_cycles"),
-               "Mark each engine cycle in the timeline.", _bool_env),
+               "Mark each engine cycle in the timeline.", _bool_env,
+               negations=("--no-timeline-mark-cycles",)),
     TuningFlag("--no-stall-check", "no_stall_check", bool, "HOROVOD_STALL_CHECK_DISABLE",
                ("stall_check", "enabled"),
                "Disable the check for ranks that fall behind submitting tensors.", _bool_env,
-               config_inverted=True),
+               config_inverted=True, negations=("--stall-check",)),
     TuningFlag("--stall-check-warning-time-seconds", "stall_check_warning_time_seconds", int,
                "HOROVOD_STALL_CHECK_TIME_SECONDS", ("stall_check", "warning_time_seconds"),
                "Seconds before a stalled tensor is reported (default 60)."),
@@ -86,26 +97,29 @@ TUNING_FLAGS = (
                "Seconds a tensor may stall before the job is shut down (default 0: never)."),
     TuningFlag("--mpi-threads-disable", "mpi_threads_disable", bool,
                "HOROVOD_MPI_THREADS_DISABLE", ("library_options", "mpi_threads_disable"),
-               "Do not request MPI_THREAD_MULTIPLE (for MPI libraries that lack it).", _bool_env),
+               "Do not request MPI_THREAD_MULTIPLE (no effect in hvd: its MPI data plane needs it).",
+               _bool_env, negations=("--no-mpi-threads-disable",)),
     TuningFlag("--num-nccl-streams", "num_nccl_streams", int, "HOROVOD_NUM_NCCL_STREAMS",
                ("library_options", "num_nccl_streams"),
-               "NCCL streams per device (default 1)."),
+               "NCCL streams per device (no effect in hvd: no NCCL data path yet)."),
     TuningFlag("--thread-affinity", "thread_affinity", str, "HOROVOD_THREAD_AFFINITY",
                ("library_options", "thread_affinity"),
                "CPU core(s) to pin each local rank's background thread to, "
                "comma-separated by local rank."),
     TuningFlag("--ccl-bgt-affinity", "ccl_bgt_affinity", int, "HOROVOD_CCL_BGT_AFFINITY",
                ("library_options", "ccl_bgt_affinity"),
-               "CPU core for the oneCCL background thread."),
+               "CPU core for the oneCCL background thread (no effect in hvd: no oneCCL)."),
     TuningFlag("--gloo-timeout-seconds", "gloo_timeout_seconds", int,
                "HOROVOD_GLOO_TIMEOUT_SECONDS", ("library_options", "gloo_timeout_seconds"),
-               "Seconds before a rendezvous or a failed peer turns into an error "
-               "(engine default applies when unset)."),
+               "Seconds start-up waits for the rendezvous store and for peers to connect "
+               "(default 30; a failed peer is noticed within HOROVOD_PEER_TIMEOUT_SECONDS)."),
     TuningFlag("--log-level", "log_level", str, "HOROVOD_LOG_LEVEL", ("logging", "level"),
                "Engine log level: TRACE, DEBUG, INFO, WARNING, ERROR or FATAL."),
     TuningFlag("--log-hide-timestamp", "log_hide_timestamp", bool, "HOROVOD_LOG_HIDE_TIME",
-               ("logging", "hide_timestamp"),
-               "Leave the timestamp out of engine log lines.", _bool_env),
+               ("logging", "with_timestamp"),
+               "Leave the timestamp out of engine log lines.", _bool_env, config_inverted=True,
+               aliases=("--log-without-timestamp",),
+               negations=("--log-with-timestamp", "--no-log-hide-timestamp")),
 )
 
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
@@ -120,9 +134,7 @@ def tuning_env(values: Dict[str, Optional[Any]]) -> Dict[str, str]:
         value = values.get(flag.dest)
         if value is None:
             continue
-        if flag.kind is bool and not value:
-            # An unset boolean flag leaves the engine default (and any
-            # HOROVOD_* the caller exported) alone.
-            continue
+        # Unset (None) leaves the engine default, and any HOROVOD_* the caller
+        # exported, alone; a bool set either way (--x / --no-x) is passed on.
         env[flag.env_var] = flag.to_env(value)
     return env
