@@ -125,13 +125,21 @@ typedef struct hvd_init_args {
 /* Joins the job described by the environment (HOROVOD_RANK, HOROVOD_SIZE,
  * ..., HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HOROVOD_SECRET_KEY; or the MPI
  * launcher's rank variables). With none set, runs as rank 0 of 1.
- * `args` may be NULL. Calling it when already initialized is a no-op. */
+ * `args` may be NULL. Calling it when already initialized is a no-op,
+ * unless the engine has failed (hvd_get_async_error() says why): since 1.2
+ * it is then shut down and a new one joins the job, collectively with the
+ * other ranks, as hvd_shutdown() followed by hvd_init() would. */
 HVD_EXPORT hvd_error* hvd_init(const hvd_init_args* args);
 /* Stops the background threads and releases all resources; pending
  * operations fail with HVD_ERROR_INTERNAL. Idempotent. hvd_init() may be
  * called again afterwards. */
 HVD_EXPORT hvd_error* hvd_shutdown(void);
 HVD_EXPORT int32_t hvd_is_initialized(void);
+/* Since 1.2. NULL while the engine works (or none is initialized); else the
+ * error (HVD_ERROR_INTERNAL: a peer died or left, the ranks diverged, the job
+ * was aborted) that ended it: every later collective fails the same way until
+ * hvd_init() starts a new engine. The caller destroys the error. */
+HVD_EXPORT hvd_error* hvd_get_async_error(void);
 
 typedef struct hvd_topology {
   size_t struct_size; /* in: HVD_TOPOLOGY_STRUCT_SIZE */

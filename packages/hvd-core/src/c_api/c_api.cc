@@ -293,6 +293,13 @@ hvd_error* hvd_shutdown(void) {
   HVD_API_END
 }
 
+hvd_error* hvd_get_async_error(void) {
+  HVD_API_BEGIN
+  std::string why = Engine::failure();
+  if (!why.empty()) hvd::throw_error(hvd::ErrorCode::kInternal, why);
+  HVD_API_END
+}
+
 int32_t hvd_is_initialized(void) {
   try {
     return Engine::initialized() ? 1 : 0;

@@ -122,19 +122,18 @@ void Coordinator::set_waiting(int member, std::vector<std::string> names, Clock:
   last_change_ = now;
 }
 
-std::vector<Response> Coordinator::take_divergence_errors(Clock::time_point now) {
-  std::vector<Response> out;
+std::string Coordinator::inspect_divergence(Clock::time_point now) const {
   if (config_.divergence_seconds <= 0 || pending_.empty() || !ready_.empty() ||
       std::chrono::duration<double>(now - last_change_).count() < config_.divergence_seconds) {
-    return out;
+    return "";
   }
   for (int m = 0; m < size(); ++m) {
     if (joined_[static_cast<size_t>(m)]) continue;
     const auto& names = waiting_[static_cast<size_t>(m)];
-    if (names.empty()) return out;  // this member may still submit something
+    if (names.empty()) return "";  // this member may still submit something
     for (const auto& name : names) {
       auto it = pending_.find(name);
-      if (it == pending_.end() || it->second.complete) return out;  // on its way to completion
+      if (it == pending_.end() || it->second.complete) return "";  // on its way to completion
     }
   }
   std::ostringstream why;
@@ -152,47 +151,28 @@ std::vector<Response> Coordinator::take_divergence_errors(Clock::time_point now)
     for (int k = 0; k < size(); ++k) {
       if (p.have[static_cast<size_t>(k)]) submitted.push_back(k);
     }
-    why << " waits on " << collective_name(p.metas[static_cast<size_t>(submitted[0])].collective) << " '" << names[0]
-        << "' (submitted by " << (submitted.size() > 1 ? "ranks " : "rank ") << rank_list(submitted) << " only)";
+    why << " waits on " << collective_name(p.metas[static_cast<size_t>(submitted[0])].collective) << " '"
+        << names[0] << "' (submitted by " << (submitted.size() > 1 ? "ranks " : "rank ") << rank_list(submitted)
+        << " only)";
     if (names.size() > 1) why << " and " << names.size() - 1 << " more";
   }
   why << "). A rank skipped a collective - it raised an exception and moved on, or took another branch - or the "
-         "ranks run different code: every rank must submit the same collectives. The pending operations of "
-         "this process set were cancelled.";
-  auto cancel = [&](const std::string& name, Collective collective) {
-    Response r;
-    r.kind = Response::Kind::kError;
-    r.collective = collective;
-    r.names.push_back(name);
-    r.error_message = why.str();
-    r.error_code = HVD_ERROR_PRECONDITION;
-    out.push_back(std::move(r));
-  };
-  for (const auto& name : arrival_order_) {
-    auto it = pending_.find(name);
-    if (it == pending_.end()) continue;
-    const Pending& p = it->second;
-    int submitter = static_cast<int>(std::find(p.have.begin(), p.have.end(), 1) - p.have.begin());
-    cancel(name, p.metas[static_cast<size_t>(submitter)].collective);
-  }
-  if (joined_count_ > 0) {  // the joined ranks wait too: their join fails as well
-    cancel("join", Collective::kJoin);
-    joined_.assign(static_cast<size_t>(size()), 0);
-    joined_count_ = 0;
-    last_joined_ = -1;
-  }
-  HVD_LOG(kError, why.str());
-  pending_.clear();
-  arrival_order_.clear();
-  group_ready_.clear();
-  for (auto& names : waiting_) names.clear();
-  last_change_ = now;
-  return out;
+         "ranks run different code: every rank must submit the same collectives. The ranks are out of step: "
+         "call hvd.init() (or hvd.shutdown() and hvd.init()) on every rank to start again together.";
+  return why.str();
 }
 
 void Coordinator::member_left(int member) {
   if (std::find(left_.begin(), left_.end(), member) == left_.end()) left_.push_back(member);
 }
+
+std::string Coordinator::departure() const {
+  if (left_.empty()) return "";
+  return "rank " + rank_list(left_) + " has shut down (hvd.shutdown() was called or the process is exiting); " +
+         "collectives in process set " + std::to_string(config_.process_set_id) + " can no longer complete";
+}
+
+bool Coordinator::idle() const { return pending_.empty() && joined_count_ == 0; }
 
 std::string Coordinator::validate(const std::string& name, const Pending& p) const {
   // Group members by the value of one field; a mismatch names every rank.
@@ -352,25 +332,6 @@ std::vector<Response> Coordinator::fuse(std::vector<Response> singles) const {
 
 std::vector<Response> Coordinator::take_responses(Clock::time_point now, Clock::time_point* wake_at) {
   std::vector<Response> out;
-  if (!left_.empty()) {
-    // A member shut down: nothing can run any more; fail what is pending.
-    std::string reason = "rank " + rank_list(left_) + " has shut down (hvd.shutdown() was called or the process is exiting); " +
-                         "collectives in process set " + std::to_string(config_.process_set_id) + " can no longer complete.";
-    for (const auto& name : arrival_order_) {
-      if (!pending_.count(name)) continue;
-      Response r;
-      r.kind = Response::Kind::kError;
-      r.names.push_back(name);
-      r.error_message = reason + " Tensor: '" + name + "'.";
-      r.error_code = HVD_ERROR_INTERNAL;
-      out.push_back(std::move(r));
-    }
-    pending_.clear();
-    arrival_order_.clear();
-    ready_.clear();
-    group_ready_.clear();
-    return out;
-  }
   bool all_joined = joined_count_ == size();
   if (ready_.empty() && !all_joined) return out;
 

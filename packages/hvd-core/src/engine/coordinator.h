@@ -33,7 +33,7 @@ struct CoordinatorConfig {
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;  // 0: never
   // Every member blocked on tensors that cannot complete, with nothing
-  // changing for this long, is divergence (see take_divergence_errors).
+  // changing for this long, is divergence (see inspect_divergence).
   double divergence_seconds = 5;  // HOROVOD_PEER_TIMEOUT_SECONDS; 0: never
   int process_set_id = 0;
 };
@@ -43,9 +43,12 @@ class Coordinator {
   Coordinator(CoordinatorConfig config, Timeline* timeline);
 
   void add_request(int member, const RequestMeta& meta, Clock::time_point now);
-  // A member shut down cleanly: everything still pending, and everything
-  // later, fails on the remaining members.
+  // A member shut down cleanly: the set can complete nothing any more.
   void member_left(int member);
+  // Why the set is unusable because members left; empty when none did.
+  std::string departure() const;
+  // Nothing is pending and nobody waits in join.
+  bool idle() const;
   // The responses to run now, in order. When ready allreduces are held back
   // to fuse with tensors that other ranks are about to submit (at most
   // HOROVOD_CYCLE_TIME), *wake_at says when to call again.
@@ -57,9 +60,11 @@ class Coordinator {
   // tensors that are pending and not ready, and nothing changed for
   // divergence_seconds - e.g. rank 0 in one collective, rank 1 in another,
   // each submitted by one rank only. No member can submit anything else, so
-  // nothing would ever complete: every pending tensor becomes an error
-  // response naming what each rank waits on, and the set stays usable.
-  std::vector<Response> take_divergence_errors(Clock::time_point now);
+  // nothing would ever complete. Returns the reason, naming what each rank
+  // waits on (empty when there is no divergence): the process set must fail,
+  // since its ranks are out of step and only a reset (shutdown and init)
+  // brings them together again.
+  std::string inspect_divergence(Clock::time_point now) const;
   // Warns about tensors some ranks submitted long ago and others did not.
   // Returns a non-empty reason when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is
   // exceeded: the process set must then fail.

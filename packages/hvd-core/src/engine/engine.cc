@@ -94,12 +94,36 @@ bool Engine::initialized() {
   return g_engine != nullptr;
 }
 
+std::string Engine::global_set_failure() {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(0);
+  return it == sets_.end() ? std::string() : it->second->failure();
+}
+
+std::string Engine::failure() {
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    engine = g_engine;
+  }
+  return engine ? engine->global_set_failure() : std::string();
+}
+
 void Engine::init(const hvd_init_args* args) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_engine) return;
+  if (g_engine) {
+    std::string why = g_engine->global_set_failure();
+    if (why.empty()) return;
+    // A failed engine is of no use: every rank meets again in a new one.
+    HVD_LOG(kInfo, "replacing the engine that failed: " << why);
+    std::shared_ptr<Engine> failed;
+    failed.swap(g_engine);
+    failed->stop();
+  }
   std::shared_ptr<Engine> engine(new Engine());
   engine->start(args);
   g_engine = std::move(engine);
+  ++g_generation;  // only a start that worked moves on: a failed one can be retried under the same keys
 }
 
 void Engine::shutdown() {
@@ -114,7 +138,7 @@ void Engine::shutdown() {
 Engine::~Engine() { stop(); }
 
 void Engine::start(const hvd_init_args* args) {
-  const uint64_t generation = g_generation++;
+  const uint64_t generation = g_generation;
   Topology& t = topology_;
   if (!env_first_int({"HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, &t.rank)) t.rank = 0;
   if (!env_first_int({"HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &t.size)) t.size = 1;

@@ -29,8 +29,14 @@ class Engine {
   // The running engine, or Error(kNotInitialized) with Horovod's wording.
   static std::shared_ptr<Engine> get();
   static bool initialized();
+  // Starts the engine. While one runs this does nothing, unless it has
+  // failed (a peer died or left, the ranks diverged): then it is shut down
+  // and a new one started, as shutdown() and init() would.
   static void init(const hvd_init_args* args);
   static void shutdown();
+  // Why the running engine can do no more collectives; empty while it works
+  // (or when none runs).
+  static std::string failure();
 
   ~Engine();
   const Topology& topology() const { return topology_; }
@@ -47,6 +53,7 @@ class Engine {
   void start(const hvd_init_args* args);
   void stop();
   void abort_all(const std::string& reason);
+  std::string global_set_failure();
   std::shared_ptr<ProcessSetRuntime> create_process_set(int32_t id, std::vector<int> ranks);
   // Runs a collective on the global set from inside the engine and waits.
   std::vector<std::vector<int32_t>> allgather_on_global_set(const std::vector<int32_t>& values,

@@ -204,6 +204,11 @@ void ProcessSetRuntime::abort(const std::string& reason) {
   (void)ignored;
 }
 
+std::string ProcessSetRuntime::failure() const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return closed_ ? closed_reason_ : departure_;
+}
+
 void ProcessSetRuntime::release_name(const std::string& name) {
   std::lock_guard<std::mutex> lock(queue_mu_);
   names_in_flight_.erase(name);
@@ -346,16 +351,6 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       }
       continue;
     }
-    if (r.kind == Response::Kind::kError && r.collective == Collective::kJoin) {
-      if (join_handle_ != nullptr) {
-        hvd_handle* h = join_handle_;
-        join_handle_ = nullptr;
-        release_name("join");
-        Error error(static_cast<ErrorCode>(r.error_code), r.error_message);
-        handle_complete_tensor(h, 0, &error);
-      }
-      continue;
-    }
     if (r.kind == Response::Kind::kError) {
       Error error(static_cast<ErrorCode>(r.error_code), r.error_message);
       for (const auto& name : r.names) {
@@ -449,9 +444,20 @@ void ProcessSetRuntime::step_coordinator() {
     coordinator_->set_waiting(0, blocked_, now);
     blocked_reported_ = true;
   }
+  std::string diverged = coordinator_->inspect_divergence(now);
+  if (!diverged.empty()) throw_error(ErrorCode::kInternal, diverged);
+  std::string departed = coordinator_->departure();
+  if (!departed.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      departure_ = departed;
+    }
+    // A job that is simply ending submits nothing more: no failure to report.
+    // Anything submitted now can never complete: fail the set on every rank.
+    if (!coordinator_->idle()) throw_error(ErrorCode::kInternal, departed);
+  }
   wake_at_ = Clock::time_point::max();
-  auto responses = coordinator_->take_divergence_errors(now);
-  if (responses.empty()) responses = coordinator_->take_responses(Clock::now(), &wake_at_);
+  auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
   if (!responses.empty()) {
     std::string encoded = encode_responses(responses);
     for (size_t m = 1; m < channels_.size(); ++m) {

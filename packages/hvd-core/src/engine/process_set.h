@@ -79,6 +79,9 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void stop();
   // Failure elsewhere: everything pending and later fails with `reason`.
   void abort(const std::string& reason);
+  // Why this set can run nothing any more (it failed, or was stopped);
+  // empty while it works.
+  std::string failure() const;
 
   // Driver: a waiting caller runs the engine on its own thread.
   bool drive_once() override;
@@ -115,13 +118,14 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::string key_;
 
   // Shared with callers of enqueue().
-  std::mutex queue_mu_;
+  mutable std::mutex queue_mu_;
   std::vector<hvd_handle*> queue_;
   std::unordered_set<std::string> names_in_flight_;
   std::unordered_map<int, uint64_t> noname_counters_;
   bool closed_ = false;             // stopped or failed: enqueue fails at once
   ErrorCode closed_code_ = ErrorCode::kInternal;
   std::string closed_reason_;
+  std::string departure_;  // coordinator: members left, so the set is unusable (see failure())
   std::atomic<bool> queue_nonempty_{false};
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_requested_{false};

@@ -63,7 +63,7 @@ def test_ranks_blocked_in_different_collectives_fail_on_every_rank_naming_both()
     # Rank 0 removes a process set while rank 1 waits in a barrier (as when
     # one rank raised and moved on): each waits for something the other will
     # never submit. Both get an error naming both operations, within the peer
-    # timeout, and the engine stays usable.
+    # timeout; hvd.init() brings them together again.
     results = ranks.run_ok(2, '''
 hvd.init(process_sets="dynamic")
 ps = hvd.add_process_set([1])
@@ -74,8 +74,14 @@ try:
     else:
         hvd.barrier()
     out = {"raised": None}
-except hvd.HorovodCollectiveMismatchError as e:
+except hvd.HorovodInternalError as e:
     out = {"raised": str(e), "after_s": time.monotonic() - start}
+try:
+    hvd.allreduce(np.ones(1, np.float32), name="still_broken")
+    out["still_broken"] = False
+except hvd.HorovodInternalError:
+    out["still_broken"] = True
+hvd.init()  # the failed engine is replaced, on every rank together
 out["later"] = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="later").tolist()
 print(json.dumps(out))
 ''', timeout=60)
@@ -85,6 +91,7 @@ print(json.dumps(out))
         assert "rank 0 waits on allgather 'process_set.remove." in res["raised"], res["raised"]
         assert "rank 1 waits on barrier 'barrier.noname.0'" in res["raised"], res["raised"]
         assert 4.5 < res["after_s"] < 9, res  # HOROVOD_PEER_TIMEOUT_SECONDS (5) after both blocked
+        assert res["still_broken"] is True
         assert res["later"] == [2.0]
 
 
@@ -100,7 +107,7 @@ start = time.monotonic()
 try:
     hvd.allreduce(np.ones(1, np.float32), name="only_%d" % rank)
     out = {"raised": None}
-except hvd.HorovodCollectiveMismatchError as e:
+except hvd.HorovodInternalError as e:
     out = {"raised": str(e), "after_s": time.monotonic() - start}
 print(json.dumps(out))
 ''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2"}, timeout=60)
@@ -108,6 +115,30 @@ print(json.dumps(out))
         assert "rank 2 waits on allreduce 'allreduce.only_2'" in res["raised"], res
     # Ranks 0 and 1 waited through rank 2's 8 s of work.
     assert results[0]["after_s"] > 8 and results[1]["after_s"] > 8, results
+
+
+def test_init_replaces_an_engine_that_a_departed_rank_left_unusable():
+    # Rank 1 restarts (shutdown, init) while ranks 0 and 2 still hold the old
+    # engine: their next collective fails, and their init() joins rank 1's new one.
+    results = ranks.run_ok(3, '''
+hvd.init()
+hvd.allreduce(np.ones(1, np.float32), name="first")
+out = {}
+if hvd.rank() == 1:
+    hvd.shutdown()
+else:
+    time.sleep(1)
+    try:
+        hvd.allreduce(np.ones(1, np.float32), name="into_the_void")
+        out["void"] = None
+    except hvd.HorovodInternalError as e:
+        out["void"] = str(e)
+hvd.init()
+out["again"] = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="again").tolist()
+print(json.dumps(out))
+''', timeout=90)
+    assert "rank 1 has shut down" in results[0]["void"] and "rank 1 has shut down" in results[2]["void"], results
+    assert all(res["again"] == [3.0] for res in results), results
 
 
 def test_bad_input_errors_single_process():

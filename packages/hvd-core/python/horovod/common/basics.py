@@ -85,7 +85,10 @@ class HorovodBasics:
             hvd.add_process_set()/remove_process_set() later (same as
             HOROVOD_DYNAMIC_PROCESS_SETS=1).
 
-        Calling it again while initialized does nothing.
+        Calling it again while initialized does nothing - unless the engine
+        has failed (a peer died or left, or the ranks diverged): then it is
+        shut down and this rank joins a new one together with the others, as
+        ``shutdown()`` followed by ``init()`` would.
         """
         if comm is not None and not hasattr(comm, "Get_size"):
             try:
@@ -103,7 +106,11 @@ class HorovodBasics:
         with self._lock:
             library = c_api.lib()
             if library.hvd_is_initialized():
-                return
+                failure = library.hvd_get_async_error()
+                if not failure:
+                    return
+                library.hvd_error_destroy(failure)
+                self._shutdown_locked()
             # A plain `mpirun python train.py` brings ranks but no store.
             from horovod.common.mpirun_bootstrap import bootstrap_from_mpirun
             bootstrap_from_mpirun()
@@ -155,14 +162,17 @@ class HorovodBasics:
         called again afterwards.
         """
         with self._lock:
-            self._topology = None
-            try:
-                c_api.check(c_api.lib().hvd_shutdown())
-            finally:
-                # After the engine stopped nothing reads the tensors any more,
-                # so the bindings may drop what they kept alive.
-                for callback in list(self._on_shutdown):
-                    callback()
+            self._shutdown_locked()
+
+    def _shutdown_locked(self):
+        self._topology = None
+        try:
+            c_api.check(c_api.lib().hvd_shutdown())
+        finally:
+            # After the engine stopped nothing reads the tensors any more,
+            # so the bindings may drop what they kept alive.
+            for callback in list(self._on_shutdown):
+                callback()
 
     def add_shutdown_callback(self, callback):
         """Registers a function called (with no arguments) before every shutdown."""

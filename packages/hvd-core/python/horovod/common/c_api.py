@@ -118,6 +118,8 @@ def _declare(lib):
     lib.hvd_shutdown.argtypes = []
     lib.hvd_shutdown.restype = err
     lib.hvd_is_initialized.restype = c_int32
+    lib.hvd_get_async_error.argtypes = []
+    lib.hvd_get_async_error.restype = err
     lib.hvd_get_topology.argtypes = [POINTER(Topology)]
     lib.hvd_get_topology.restype = err
     lib.hvd_add_process_set.argtypes = [POINTER(c_int32), c_size_t, POINTER(c_int32)]
