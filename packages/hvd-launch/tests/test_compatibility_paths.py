@@ -2,6 +2,7 @@
 # utilities and integrations import (horovod.runner.util.threads,
 # horovod.runner.common.util.*, horovod.runner.mpi_run) behave as there.
 import os
+import sys
 import threading
 import time
 
@@ -124,3 +125,75 @@ def test_mpi_run_queries_name_the_mpirun_on_path(monkeypatch, mpi_bin, request):
     monkeypatch.setenv("PATH", mpi_bin + os.pathsep + "/usr/bin:/bin")
     assert mpi_available()
     assert is_open_mpi() == (flavour == "openmpi") and is_mpich() == (flavour == "mpich")
+
+
+def test_horovod_args_and_private_run_launch_a_function_and_a_command(tmp_path):
+    from horovod.runner import _HorovodArgs
+    from horovod.runner.launch import _run
+    args = _HorovodArgs()
+    assert args.num_proc == 1 and args.run_func is None and args.fusion_threshold_mb is None
+    args.num_proc = 2
+    args.run_func = _rank_and_size
+    assert _run(args) == [(0, 2), (1, 2)]
+
+    args = _HorovodArgs()
+    args.num_proc = 2
+    marker = tmp_path / "ran"
+    args.command = [sys.executable, "-c", "open(%r + __import__('os').environ['HOROVOD_RANK'], 'w')" % str(marker)]
+    assert _run(args) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ran0", "ran1"]
+    args.command = [sys.executable, "-c", "raise SystemExit(3)"]
+    with pytest.raises(RuntimeError, match="exit status 3"):
+        _run(args)
+
+
+def _rank_and_size():
+    from horovod.runner.common.util.env import get_env_rank_and_size
+    return get_env_rank_and_size()
+
+
+def test_parse_args_reads_the_command_line(monkeypatch):
+    from horovod.runner.launch import parse_args
+    monkeypatch.setattr(sys, "argv", ["horovodrun", "-np", "3", "--no-autotune", "python", "x.py"])
+    args = parse_args()
+    assert args.num_proc == 3 and args.autotune is False and args.command == ["python", "x.py"]
+
+
+def test_config_parser_applies_a_config_and_sets_the_environment():
+    import argparse
+    from horovod.runner.common.util import config_parser
+    args = argparse.Namespace(cycle_time_ms=None, fusion_threshold_mb=4.0)
+    config_parser.set_args_from_config(args, {"params": {"cycle_time_ms": 2, "fusion_threshold_mb": 8}},
+                                       override_args={"fusion_threshold_mb"})
+    assert args.cycle_time_ms == 2.0 and args.fusion_threshold_mb == 4.0
+    env = config_parser.set_env_from_args({}, args)
+    assert env == {"HOROVOD_CYCLE_TIME": "2.0", "HOROVOD_FUSION_THRESHOLD": str(4 * 1024 * 1024)}
+
+
+def test_safe_shell_exec_forwards_prefixed_output_and_stops_on_an_event():
+    import io
+    from horovod.runner.common.util import safe_shell_exec
+    out, err = io.StringIO(), io.StringIO()
+    code = safe_shell_exec.execute("echo one; echo two >&2; exit 4", stdout=out, stderr=err, index=7)
+    assert code == 4 and out.getvalue() == "[7]<stdout>:one\n" and err.getvalue() == "[7]<stderr>:two\n"
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    start = time.monotonic()
+    code = safe_shell_exec.execute("sleep 30 & sleep 30", events=[stop], stdout=io.StringIO())
+    assert code != 0 and time.monotonic() - start < 10
+
+
+def test_ssh_check_reports_unreachable_hosts(capsys):
+    from horovod.runner.launch import _check_all_hosts_ssh_successful
+    assert _check_all_hosts_ssh_successful(["no-such-host.invalid"]) is False
+    assert "no-such-host.invalid" in capsys.readouterr().out
+
+
+def test_run_controller_calls_the_chosen_launcher():
+    from horovod.runner.launch import run_controller
+    called = []
+    run_controller(False, lambda: called.append("gloo"), True, lambda: called.append("mpi"), False, None, 0)
+    run_controller(False, lambda: called.append("gloo"), False, lambda: called.append("mpi"), False, None, 0)
+    assert called == ["mpi", "gloo"]
+    with pytest.raises(ValueError, match="jsrun"):
+        run_controller(False, None, False, None, True, None, 0)

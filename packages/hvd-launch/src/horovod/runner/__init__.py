@@ -18,6 +18,23 @@ except Exception:  # Running from a source tree without installed metadata.
 __all__ = ["run", "check_build", "__version__"]
 
 
+class _HorovodArgs:
+    """Horovod's bag of launcher arguments, for code that fills one and passes it to
+    ``horovod.runner.launch._run``: every horovodrun option as an attribute (None when
+    unset; ``num_proc`` 1), plus Horovod's own names (``run_func``, ``nics``, ``slots``,
+    ``log_with_timestamp``, ``executable``)."""
+
+    def __init__(self):
+        from horovod.runner.launch import build_parser
+        for action in build_parser()._actions:
+            if action.dest not in ("help", "command"):
+                setattr(self, action.dest, None)
+        self.num_proc = 1
+        self.command = None
+        for name in ("run_func", "nics", "nic", "slots", "log_with_timestamp", "executable"):
+            setattr(self, name, None)
+
+
 def run(*args, **kwargs):
     """Runs a Python function on every rank; see :func:`horovod.runner.run_api.run`."""
     from horovod.runner.run_api import run as _run

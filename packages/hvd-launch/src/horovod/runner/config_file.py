@@ -69,10 +69,20 @@ def load_config_file(path: str) -> Dict[str, Any]:
         raise BadInputError(f"cannot read config file {path!r}: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise BadInputError(f"config file {path!r} is not valid YAML: {e}") from None
+    return values_from_document(document, f"config file {path!r}")
+
+
+def values_from_document(document: Any, where: str) -> Dict[str, Any]:
+    """The flag values a parsed config document sets, keyed by argparse dest; `where`
+    names the document in error messages.
+
+    Raises:
+        BadInputError: an unknown section or key, or a value of the wrong type.
+    """
     if document is None:
         return {}
     if not isinstance(document, dict):
-        raise BadInputError(f"config file {path!r} must be a mapping of sections")
+        raise BadInputError(f"{where} must be a mapping of sections")
 
     by_key = {flag.config_key: flag for flag in TUNING_FLAGS}
     sections = {section for section, _ in by_key} | {"elastic", "controller"}
@@ -80,30 +90,30 @@ def load_config_file(path: str) -> Dict[str, Any]:
     for section, body in document.items():
         if section == "controller":  # a value, not a section: gloo or mpi
             if not isinstance(body, str) or body.lower() not in ("gloo", "mpi"):
-                raise BadInputError(f"config file {path!r}: controller must be gloo or mpi, got {body!r}")
+                raise BadInputError(f"{where}: controller must be gloo or mpi, got {body!r}")
             values["use_" + body.lower()] = True
             continue
         if section not in sections:
             raise BadInputError(
-                f"config file {path!r}: unknown section {section!r}; known sections are "
+                f"{where}: unknown section {section!r}; known sections are "
                 f"{', '.join(sorted(sections))}")
         if body is None:
             continue
         if not isinstance(body, dict):
-            raise BadInputError(f"config file {path!r}: section {section!r} must be a mapping")
+            raise BadInputError(f"{where}: section {section!r} must be a mapping")
         for key, value in body.items():
-            where = f"config file {path!r}: {section}.{key}"
+            place = f"{where}: {section}.{key}"
             if section == "elastic":
                 if key not in _ELASTIC_KEYS:
-                    raise BadInputError(f"{where} is not a known key")
+                    raise BadInputError(f"{place} is not a known key")
                 values[_ELASTIC_KEYS[key]] = value
                 continue
             flag = by_key.get((section, key))
             if flag is None:
                 known = sorted(k for s, k in by_key if s == section)
-                raise BadInputError(f"{where} is not a known key; section {section!r} takes "
+                raise BadInputError(f"{place} is not a known key; section {section!r} takes "
                                     f"{', '.join(known)}")
-            coerced = _coerce(value, flag.kind, where)
+            coerced = _coerce(value, flag.kind, place)
             if flag.config_inverted:
                 coerced = not coerced
             values[flag.dest] = coerced

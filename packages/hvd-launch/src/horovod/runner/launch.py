@@ -90,6 +90,7 @@ import sys
 from typing import Dict, List, Optional
 
 from horovod.runner.config_file import load_config_file
+from horovod.runner import ssh
 from horovod.runner.errors import BadInputError, ElasticNotInstalledError, LaunchError
 from horovod.runner.hosts import HostSlots, parse_hostfile, parse_hosts
 from horovod.runner.launcher import DEFAULT_START_TIMEOUT, LaunchSettings, launch, plan
@@ -426,6 +427,79 @@ def run_commandline(argv: Optional[List[str]] = None) -> int:
             sys.stderr.write(f"horovodrun: job failed: {_describe_rank(settings, failure.label)} "
                              f"{failure.describe()} (first failure)\n")
     return result.exit_code
+
+
+# Horovod's private launcher entry points, which its test harnesses and some
+# integrations call: thin layers over the functions above.
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """Parses horovodrun's command line (``sys.argv[1:]`` by default), with the config
+    file and environment mirrors applied, as Horovod's ``parse_args()``."""
+    return resolve_args(build_parser(), sys.argv[1:] if argv is None else argv)
+
+
+def _args_in_hvd_terms(args) -> argparse.Namespace:
+    """A parsed horovodrun namespace from ``args`` (a parse_args() result or a
+    ``_HorovodArgs``), reading Horovod's spellings of a few options."""
+    resolved = resolve_args(build_parser(), ["true"], environ={})
+    for name, value in vars(args).items():
+        if value is not None and hasattr(resolved, name):
+            setattr(resolved, name, value)
+    nics = getattr(args, "nics", None) or getattr(args, "nic", None)
+    if nics and not resolved.network_interfaces:
+        resolved.network_interfaces = nics if isinstance(nics, str) else ",".join(nics)
+    if getattr(args, "slots", None) is not None and resolved.slots_per_host is None:
+        resolved.slots_per_host = args.slots
+    if getattr(args, "log_with_timestamp", None) is not None and resolved.log_hide_timestamp is None:
+        resolved.log_hide_timestamp = not args.log_with_timestamp
+    resolved.command = list(args.command or [])
+    return resolved
+
+
+def _run(args):
+    """Runs a job from Horovod-style arguments: ``args.run_func`` on every rank (returns the
+    results in rank order) or ``args.command`` (returns None).
+
+    Raises:
+        RuntimeError: a rank failed.
+    """
+    resolved = _args_in_hvd_terms(args)
+    if _elastic_requested(resolved):
+        return _run_elastic(resolved)
+    if getattr(args, "run_func", None) is not None:
+        from horovod.runner.run_api import run as run_function
+        return run_function(args.run_func, num_proc=resolved.num_proc, hosts=resolved.hosts,
+                            hostfile=resolved.hostfile, start_timeout=resolved.start_timeout,
+                            ssh_port=resolved.ssh_port, ssh_identity_file=resolved.ssh_identity_file,
+                            output_filename=resolved.output_filename, verbose=resolved.verbose,
+                            use_mpi=resolved.use_mpi, mpi_args=resolved.mpi_args,
+                            network_interfaces=resolved.network_interfaces)
+    result = launch(settings_from_args(resolved))
+    if result.exit_code != 0:
+        raise RuntimeError(f"horovodrun: the job failed with exit status {result.exit_code}")
+    return None
+
+
+def _check_all_hosts_ssh_successful(host_addresses, ssh_port=None, ssh_identity_file=None, fn_cache=None):
+    """True when every host accepts ssh (and has hvd-launch); prints why a host does not."""
+    try:
+        ssh.check_hosts(list(host_addresses), ssh_port, ssh_identity_file, DEFAULT_START_TIMEOUT)
+    except LaunchError as e:
+        print(f"ssh not successful: {e}")
+        return False
+    return True
+
+
+def run_controller(use_gloo, gloo_run, use_mpi, mpi_run, use_jsrun, js_run, verbosity):
+    """Calls the launch function of the chosen controller. hvd's own controller takes
+    Gloo's place and is the default (Horovod's default was MPI when built with it);
+    jsrun is not supported."""
+    if use_jsrun:
+        raise ValueError("hvd has no jsrun launcher; use --gloo (the default) or --mpi")
+    if use_mpi:
+        mpi_run()
+    else:
+        gloo_run()
 
 
 def main() -> None:
