@@ -205,13 +205,25 @@ if hvd.rank() == 0:
     except ValueError as e:
         out["second"] = str(e)
 out["first"] = hvd.synchronize(h).tolist()
-# Once finished, the name is free again.
+# Once synchronized, the name is free again.
 out["reuse"] = hvd.allreduce(np.ones(4, np.float32), name="dup", op=hvd.Sum).tolist()
+# Finished in the engine but not yet synchronized is still in flight: the
+# rule does not depend on how fast the engine was (deterministic).
+h = hvd.broadcast_async(np.ones(2, np.float32), root_rank=0, name="done")
+while not hvd.poll(h):
+    time.sleep(0.01)
+try:
+    hvd.broadcast_async(np.ones(2, np.float32), root_rank=0, name="done")
+    out["after_poll"] = None
+except ValueError as e:
+    out["after_poll"] = str(e)
+hvd.synchronize(h)
 print(json.dumps(out))
 ''')
     assert "same name" in results[0]["second"] and "'allreduce.dup'" in results[0]["second"]
     for res in results:
         assert res["first"] == [2.0] * 4 and res["reuse"] == [2.0] * 4
+        assert "'broadcast.done'" in res["after_poll"] and "not been synchronized" in res["after_poll"], res
 
 
 def test_single_process_without_any_environment():

@@ -11,7 +11,7 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.handles import HandleManager, TensorDesc, enqueue, full_name, result, run_sync
+from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import get_average_backwards_compatibility_fun
 
@@ -94,12 +94,11 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
         names = [full_name(collective, name)]
     else:
         names = [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
-    c_handle, keepalive = enqueue(c_api.ALLREDUCE, inputs, names, process_set.process_set_id, outputs=outs,
-                                  reduce_op=op, prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, caller_waits=caller_waits)
-    keepalive += [tensors, outputs, inputs, outs]
     single = len(tensors) == 1 and collective == "allreduce"
-    return _handles.register(c_handle, lambda h: outputs[0] if single else list(outputs), keepalive)
+    return _handles.submit(lambda h: outputs[0] if single else list(outputs), [tensors, outputs, inputs, outs],
+                           c_api.ALLREDUCE, inputs, names, process_set.process_set_id, outputs=outs, reduce_op=op,
+                           prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                           caller_waits=caller_waits)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -209,10 +208,6 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
         names = [full_name(collective_name, name)]
     else:
         names = [full_name(collective_name, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
-    c_handle, keepalive = enqueue(collective, inputs, names, process_set.process_set_id, reduce_op=reduce_op,
-                                  prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                  splits=splits, caller_waits=caller_waits)
-    keepalive += [tensors, inputs]
     dtypes = [t.dtype for t in tensors]
 
     def finish(h):
@@ -224,7 +219,9 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
         arrays = [o[0] for o in outs]
         return arrays[0] if single else arrays
 
-    return _handles.register(c_handle, finish, keepalive)
+    return _handles.submit(finish, [tensors, inputs], collective, inputs, names, process_set.process_set_id,
+                           reduce_op=reduce_op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                           splits=splits, caller_waits=caller_waits)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -262,11 +259,9 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, caller_waits=
     _check_process_set(process_set)
     inputs = [_describe(tensor)]
     outs = [_describe(output, "output")]
-    c_handle, keepalive = enqueue(c_api.BROADCAST, inputs, [full_name("broadcast", name)],
-                                  process_set.process_set_id, outputs=outs, root_rank=root_rank,
-                                  caller_waits=caller_waits)
-    keepalive += [tensor, output, inputs, outs]
-    return _handles.register(c_handle, lambda h: output, keepalive)
+    return _handles.submit(lambda h: output, [tensor, output, inputs, outs], c_api.BROADCAST, inputs,
+                           [full_name("broadcast", name)], process_set.process_set_id, outputs=outs,
+                           root_rank=root_rank, caller_waits=caller_waits)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -372,8 +367,8 @@ def barrier(process_set=global_process_set):
     """A function that acts as a simple sychronization point for ranks specified
     in the given process group. Returns when every rank of the set has called it."""
     _check_process_set(process_set)
-    c_handle, keepalive = enqueue(c_api.BARRIER, [], [b""], process_set.process_set_id, caller_waits=True)
-    synchronize(_handles.register(c_handle, lambda h: None, keepalive))
+    synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], process_set.process_set_id,
+                                caller_waits=True))
 
 
 def join(device=-1):
@@ -388,8 +383,8 @@ def join(device=-1):
     Returns:
         The rank that joined last.
     """
-    c_handle, keepalive = enqueue(c_api.JOIN, [], [b""], 0, caller_waits=True)
-    return synchronize(_handles.register(c_handle, lambda h: result(h, 0).last_joined_rank, keepalive))
+    return synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""], 0,
+                                       caller_waits=True))
 
 
 def poll(handle):

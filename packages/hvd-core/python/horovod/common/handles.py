@@ -235,31 +235,55 @@ def result(handle, index=0):
 
 
 class _Pending:
-    __slots__ = ("c_handle", "finish", "keepalive")
+    __slots__ = ("c_handle", "finish", "keepalive", "names")
 
-    def __init__(self, c_handle, finish, keepalive):
+    def __init__(self, c_handle, finish, keepalive, names=()):
         self.c_handle = c_handle
         self.finish = finish
         self.keepalive = keepalive
+        self.names = names  # (process set id, full name) reserved until synchronize
 
 
 class HandleManager:
     """Integer handles (what Horovod's async functions return) for in-flight operations.
 
     ``finish(c_handle)`` is called by ``synchronize`` after a successful wait
-    and its return value is the operation's result. ``keepalive`` holds the
-    tensors and descriptors the engine reads until completion.
+    and its return value is the operation's result; the objects given to
+    ``submit`` to keep stay referenced until then.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._pending = {}
+        self._names = set()
         self._ids = itertools.count(1)
 
-    def register(self, c_handle, finish, keepalive):
+    def submit(self, finish, keep, collective, inputs, names, process_set_id=0, **enqueue_args):
+        """Enqueues a collective (see `enqueue`) and returns its integer handle;
+        `keep` lists the objects owning the memory the engine uses until completion.
+
+        A named operation stays in flight, for the purpose of duplicate names,
+        until its handle is synchronized: a second submission under the name
+        before then is a ValueError whether or not the first has finished in
+        the engine meanwhile (which on a fast, idle engine it may have).
+        """
+        reserved = tuple((process_set_id, n) for n in names if n)
+        with self._lock:
+            for key in reserved:
+                if key in self._names:
+                    raise ValueError("Requested a collective on tensor '%s' while another one with the same name "
+                                     "is in flight in process set %d (its handle has not been synchronized). "
+                                     "Synchronize it first, or use a different name." % (key[1].decode(), key[0]))
+            self._names.update(reserved)
+        try:
+            c_handle, keepalive = enqueue(collective, inputs, names, process_set_id, **enqueue_args)
+        except BaseException:
+            with self._lock:
+                self._names.difference_update(reserved)
+            raise
         with self._lock:
             handle = next(self._ids)
-            self._pending[handle] = _Pending(c_handle, finish, keepalive)
+            self._pending[handle] = _Pending(c_handle, finish, keepalive + list(keep), reserved)
         return handle
 
     def _get(self, handle):
@@ -287,6 +311,7 @@ class HandleManager:
             c_api.check(err)  # raises TimeoutError; the handle stays valid
         with self._lock:
             self._pending.pop(handle, None)
+            self._names.difference_update(pending.names)
         try:
             c_api.check(err)
             return pending.finish(pending.c_handle)
@@ -297,6 +322,7 @@ class HandleManager:
         """Forgets every handle (after shutdown), releasing the engine's objects."""
         with self._lock:
             pending, self._pending = self._pending, {}
+            self._names.clear()
         library = c_api.lib()
         for p in pending.values():
             library.hvd_handle_release(p.c_handle)

@@ -14,7 +14,7 @@ from horovod.common import c_api
 from horovod.common.basics import Adasum, Average, HorovodBasics, Max, Min, Product, Sum  # noqa: F401
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.handles import HandleManager, TensorDesc, enqueue, full_name, result, run_sync
+from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -150,10 +150,6 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
     host_outs = [h if o is t or h is not t else _to_host(o) for t, o, h in zip(tensors, outputs, hosts)]
     inputs = [_describe(h) for h in hosts]
     outs = [_describe(o) for o in host_outs]
-    c_handle, keepalive = enqueue(c_api.ALLREDUCE, inputs, _tensor_names(collective, name, len(tensors)), ps_id,
-                                  outputs=outs, reduce_op=op, prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, caller_waits=caller_waits)
-    keepalive += [tensors, outputs, hosts, host_outs]
 
     def finish(_):
         for out, host_out in zip(outputs, host_outs):
@@ -161,7 +157,10 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
                 out.copy_(host_out)
         return outputs[0] if single else list(outputs)
 
-    return _handles.register(c_handle, finish, keepalive)
+    return _handles.submit(finish, [tensors, outputs, hosts, host_outs], c_api.ALLREDUCE, inputs,
+                           _tensor_names(collective, name, len(tensors)), ps_id, outputs=outs, reduce_op=op,
+                           prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                           caller_waits=caller_waits)
 
 
 def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
@@ -623,10 +622,6 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
     ps_id = _process_set_id(process_set)
     hosts = [_to_host(t) for t in tensors]
     inputs = [_describe(h) for h in hosts]
-    c_handle, keepalive = enqueue(collective, inputs, _tensor_names(collective_name, name, len(tensors)), ps_id,
-                                  reduce_op=reduce_op, prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, splits=splits, caller_waits=caller_waits)
-    keepalive += [tensors, hosts]
     kinds = [(t.dtype, t.device) for t in tensors]
 
     def finish(h):
@@ -639,7 +634,10 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
         tensors_out = [o[0] for o in outs]
         return tensors_out[0] if single else tensors_out
 
-    return _handles.register(c_handle, finish, keepalive)
+    return _handles.submit(finish, [tensors, hosts], collective, inputs,
+                           _tensor_names(collective_name, name, len(tensors)), ps_id, reduce_op=reduce_op,
+                           prescale_factor=prescale_factor, postscale_factor=postscale_factor, splits=splits,
+                           caller_waits=caller_waits)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -793,16 +791,15 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, caller_waits=
     ps_id = _process_set_id(process_set)
     host = _to_host(tensor)
     host_out = host if output is tensor else _to_host(output)
-    c_handle, keepalive = enqueue(c_api.BROADCAST, [_describe(host)], [full_name("broadcast", name)], ps_id,
-                                  outputs=[_describe(host_out)], root_rank=root_rank, caller_waits=caller_waits)
-    keepalive += [tensor, output, host, host_out]
 
     def finish(_):
         if output is not host_out:
             output.copy_(host_out)
         return output
 
-    return _handles.register(c_handle, finish, keepalive)
+    return _handles.submit(finish, [tensor, output, host, host_out], c_api.BROADCAST, [_describe(host)],
+                           [full_name("broadcast", name)], ps_id, outputs=[_describe(host_out)],
+                           root_rank=root_rank, caller_waits=caller_waits)
 
 
 def _broadcast_now(tensor, root_rank, name, process_set_id, output=None):
@@ -1304,8 +1301,8 @@ def join(device=-1):
     Returns:
         Id of the rank that joined last.
     """
-    c_handle, keepalive = enqueue(c_api.JOIN, [], [b""], 0, caller_waits=True)
-    return _handles_synchronize(_handles.register(c_handle, lambda h: result(h, 0).last_joined_rank, keepalive))
+    return _handles_synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""],
+                                                0, caller_waits=True))
 
 
 def barrier(process_set=global_process_set):
@@ -1317,8 +1314,8 @@ def barrier(process_set=global_process_set):
         process_set: Process set object to limit this operation to a subset of
             Horovod processes. Default is the global process set.
     """
-    c_handle, keepalive = enqueue(c_api.BARRIER, [], [b""], _process_set_id(process_set), caller_waits=True)
-    _handles_synchronize(_handles.register(c_handle, lambda h: None, keepalive))
+    _handles_synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], _process_set_id(process_set),
+                                         caller_waits=True))
 
 
 # Registers the hvd:: custom ops used inside torch.compile.
