@@ -187,6 +187,21 @@ if FLAVOUR == "tf_keras":
     sopt.apply_gradients(pairs)
     sopt.minimize(loss_fn, var_list=[w])
     out["legacy_applied"] = np.asarray(w).tolist()
+    # tf-keras' new-style optimizer: the same through _compute_gradients()
+    # (Horovod's tests call it) and compute_gradients() (minimize's first half)
+    w = tf.Variable([1.0, 1.0])
+    nopt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), op=hvd.Sum)
+    pairs = nopt._compute_gradients(lambda: tf.reduce_sum(w * (rank + 1.0)), [w], tape=tf.GradientTape())
+    out["new_computed"] = np.asarray(pairs[0][0]).tolist()
+    nopt.apply_gradients(pairs)
+    nopt.minimize(lambda: tf.reduce_sum(w * (rank + 1.0)), var_list=[w], tape=tf.GradientTape())
+    out["new_applied"] = np.asarray(w).tolist()
+    # horovod.keras binds `import keras` (Keras 3), yet takes tf-keras layers too
+    import horovod.keras as hk
+    layer = model.layers[1]
+    popt = hk.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[layer])
+    out["partial_tf_keras_layers"] = sorted(id(v) for v in popt._hvd.local_vars.values()) == \
+        sorted(id(v) for v in layer.trainable_weights)
 errors = []
 for kwargs in ({"op": hvd.Sum, "gradient_predivide_factor": 2.0}, {"groups": -1},
                {"backward_passes_per_step": 0}):
@@ -255,6 +270,9 @@ def _check_run(results, flavour):
         if flavour == "tf_keras":
             assert out["legacy_computed"] == pytest.approx([3.0, 3.0])  # 1 + 2, summed once
             assert out["legacy_applied"] == pytest.approx([-5.0, -5.0])  # two steps of 3, not 6
+            assert out["new_computed"] == pytest.approx([3.0, 3.0])
+            assert out["new_applied"] == pytest.approx([-5.0, -5.0])
+            assert out["partial_tf_keras_layers"] is True
     # replicas identical
     assert results[0]["mlp_weights"] == results[1]["mlp_weights"]
     assert results[0]["loaded_weights"] == results[1]["loaded_weights"]

@@ -15,30 +15,25 @@ import horovod.tensorflow as hvd
 from horovod.common.util import split_list
 from horovod.tensorflow.mpi_ops import Adasum, Average, global_process_set
 
-# The three optimizer families this module knows how to wrap. They differ in
+# The two optimizer families this module knows how to wrap. They differ in
 # where a train step hands gradients over: Keras 3 funnels apply_gradients()
 # into apply(); tf-keras' optimizers (both generations) take them in
 # apply_gradients(), which minimize() and Model.train_step call.
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
-TF_KERAS_LEGACY = "tf_keras_legacy"
 
 
 def optimizer_family(optimizer):
-    """Which optimizer family `optimizer` belongs to (KERAS3, TF_KERAS or TF_KERAS_LEGACY)."""
+    """Which optimizer family `optimizer` belongs to (KERAS3 or TF_KERAS)."""
     for klass in type(optimizer).__mro__:
         where = (klass.__module__ or "", klass.__name__)
         if where == ("keras.src.optimizers.base_optimizer", "BaseOptimizer"):
             return KERAS3
-        if where[0].startswith("tf_keras.") and where[1] == "OptimizerV2":
-            return TF_KERAS_LEGACY
-        if where[0].startswith("tf_keras.") and where[1] == "_BaseOptimizer":
+        if where[0].startswith("tf_keras.") and where[1] in ("OptimizerV2", "_BaseOptimizer"):
             return TF_KERAS
     # Unknown bases (another Keras build): judge by the methods they have.
     if hasattr(optimizer, "_backend_apply_gradients"):
         return KERAS3
-    if hasattr(optimizer, "_create_slots"):
-        return TF_KERAS_LEGACY
     if hasattr(optimizer, "apply_gradients"):
         return TF_KERAS
     raise ValueError("hvd.DistributedOptimizer: %r is not a Keras optimizer" % (optimizer,))
@@ -256,9 +251,32 @@ class _DistributedKeras3(_AggregationHelperName):
 
 class _DistributedTFKeras(_AggregationHelperName):
     """tf-keras optimizers (optimizer.Optimizer and legacy OptimizerV2): minimize()
-    and Model.train_step hand gradients to apply_gradients()."""
+    and Model.train_step hand gradients to apply_gradients(). minimize() gets
+    them from compute_gradients() (legacy: _compute_gradients()), which return
+    them already averaged, as Horovod's optimizer does - code that calls either
+    directly sees averaged values - and apply_gradients() then does not reduce
+    those same tensors again."""
 
     _hvd_distributed = True
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        parent = super(_DistributedTFKeras, self)
+        if hasattr(parent, "_compute_gradients"):  # legacy OptimizerV2
+            pairs = parent._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
+        else:
+            pairs = parent.compute_gradients(loss, var_list, tape=tape)
+        pairs = list(pairs)
+        if self._hvd.backward_passes_per_step > 1 or not pairs:
+            # Accumulated locally and reduced once per backward_passes_per_step
+            # in apply_gradients(): communicating every pass would defeat it.
+            return pairs
+        variables = [v for _, v in pairs]
+        grads = self._hvd.reduce([g for g, _ in pairs], variables)
+        self._hvd.remember_reduced(grads)
+        return list(zip(grads, variables))
+
+    def compute_gradients(self, loss, var_list, tape=None):
+        return self._compute_gradients(loss, var_list, None, tape)
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         pairs = list(grads_and_vars)
@@ -275,25 +293,6 @@ class _DistributedTFKeras(_AggregationHelperName):
         return result
 
 
-class _DistributedTFKerasLegacy(_DistributedTFKeras):
-    """tf-keras' legacy OptimizerV2: minimize() gets its gradients from
-    _compute_gradients(), which returns them already averaged, as Horovod's
-    optimizer does (code that calls it directly sees the averaged values);
-    apply_gradients() then does not reduce those same tensors again."""
-
-    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
-        pairs = list(super(_DistributedTFKerasLegacy, self)._compute_gradients(
-            loss, var_list=var_list, grad_loss=grad_loss, tape=tape))
-        if self._hvd.backward_passes_per_step > 1 or not pairs:
-            # Accumulated locally and reduced once per backward_passes_per_step
-            # in apply_gradients(): communicating every pass would defeat it.
-            return pairs
-        variables = [v for _, v in pairs]
-        grads = self._hvd.reduce([g for g, _ in pairs], variables)
-        self._hvd.remember_reduced(grads)
-        return list(zip(grads, variables))
-
-
 def _register_local_var(self, var):
     """Registers a source/variable as worker local. Horovod will not perform
     any global operations on gradients corresponding to these sources and will
@@ -302,7 +301,7 @@ def _register_local_var(self, var):
 
 
 def _distributed_class(base, family):
-    mixin = {KERAS3: _DistributedKeras3, TF_KERAS_LEGACY: _DistributedTFKerasLegacy}.get(family, _DistributedTFKeras)
+    mixin = _DistributedKeras3 if family == KERAS3 else _DistributedTFKeras
     # Same name and module as the wrapped class: saved models record the
     # original optimizer, so they load with or without hvd.
     return type(base.__name__, (mixin, base), {
@@ -370,11 +369,15 @@ def is_distributed(optimizer):
 
 
 def create_partial_distributed_optimizer(keras, optimizer, local_layers, **kwargs):
+    # Layers of either Keras are fine: with TF_USE_LEGACY_KERAS=1, tf.keras
+    # (tf-keras) and `import keras` (Keras 3) are different packages, where
+    # for Horovod's users they were one.
+    layer_types = (keras.layers.Layer, tf.keras.layers.Layer)
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif isinstance(local_layers, layer_types):
         local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+    elif not all(isinstance(layer, layer_types) for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     wrapped = create_distributed_optimizer(keras, optimizer, **kwargs)
     for layer in local_layers:
