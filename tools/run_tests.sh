@@ -28,7 +28,7 @@ fi
 [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
-python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout \
+python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout mpi4py \
   ml_dtypes PyYAML cloudpickle
 # torch pinned to the CPU build (an unpinned torch pulls GBs of CUDA
 # packages); hvd-torch itself with --no-deps so pip never re-resolves torch.

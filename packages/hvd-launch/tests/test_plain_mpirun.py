@@ -146,3 +146,32 @@ def test_a_planted_exchange_file_is_refused(tmp_path):
     assert results[0][2] != 0 and "something is there already" in results[0][1], results[0][1]
     assert results[1][2] != 0 and "symbolic link" in results[1][1], results[1][1]
     assert json.loads(target.read_text()) == {"port": 1, "secret": "x"}  # untouched
+
+
+MPI4PY = r"""
+import json, os
+from mpi4py import MPI
+import horovod.common as hvd
+world = MPI.COMM_WORLD
+hvd.init(comm=world)  # a real communicator covering the job
+halves = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())
+out = {"rank": hvd.rank(), "halves": hvd.ProcessSet(halves).ranks, "dup": hvd.ProcessSet(world.Dup()).ranks}
+os.write(1, ("REPORT " + json.dumps(out) + "\n").encode())
+"""
+
+
+@pytest.mark.mpi
+def test_process_sets_from_mpi4py_communicators_hold_their_world_ranks(mpi_bin):
+    pytest.importorskip("mpi4py", reason="needs mpi4py (pip install mpi4py)")
+    argv = [os.path.join(mpi_bin, "mpirun"), "-np", "3"]
+    if "Open MPI" in subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout:
+        argv.append("--oversubscribe")
+    # mpi4py binds, at import, to the libmpi the loader finds: this MPI's.
+    lib_dir = os.path.join(os.path.dirname(mpi_bin), "lib")
+    env = mpi_env(mpi_bin, LD_LIBRARY_PATH=lib_dir, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    result = subprocess.run(argv + [sys.executable, "-c", MPI4PY], env=env, capture_output=True, text=True,
+                            timeout=180, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for report in _reports(result.stdout, 3):
+        assert report["halves"] == ([0, 2] if report["rank"] % 2 == 0 else [1]), report
+        assert report["dup"] == [0, 1, 2], report

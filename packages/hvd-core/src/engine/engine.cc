@@ -274,7 +274,9 @@ void Engine::start(const hvd_init_args* args) {
 
   std::vector<int> all(static_cast<size_t>(t.size));
   for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
-  create_process_set(0, all);
+  // Static sets are checked before anything connects: every rank finds the
+  // same fault, and nothing is left half started.
+  std::vector<std::vector<int>> static_sets;
   if (args != nullptr && args->struct_size > offsetof(hvd_init_args, num_process_sets)) {
     size_t offset = 0;
     for (size_t i = 0; i < args->num_process_sets; ++i) {
@@ -282,16 +284,30 @@ void Engine::start(const hvd_init_args* args) {
       std::vector<int> ranks(args->process_set_ranks + offset, args->process_set_ranks + offset + n);
       offset += static_cast<size_t>(n);
       std::sort(ranks.begin(), ranks.end());
+      const std::string which = "process set " + std::to_string(i + 1);
+      if (ranks.empty() || std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+        throw_error(ErrorCode::kInvalidArgument, which + " must name distinct ranks, at least one");
+      }
       for (int r : ranks) {
         if (r < 0 || r >= t.size) {
-          throw_error(ErrorCode::kInvalidArgument, "process set " + std::to_string(i + 1) + " names rank " +
-                                                       std::to_string(r) + ", but the job has " +
+          throw_error(ErrorCode::kInvalidArgument, which + " names rank " + std::to_string(r) + ", but the job has " +
                                                        std::to_string(t.size) + " ranks");
         }
       }
-      create_process_set(next_set_id_++, ranks);
+      if (ranks == all) {
+        throw_error(ErrorCode::kInvalidArgument, which + " has every rank: it duplicates the global process set");
+      }
+      auto same = std::find(static_sets.begin(), static_sets.end(), ranks);
+      if (same != static_sets.end()) {
+        throw_error(ErrorCode::kInvalidArgument, which + " duplicates process set " +
+                                                     std::to_string(same - static_sets.begin() + 1) +
+                                                     " (the same ranks): process sets must differ");
+      }
+      static_sets.push_back(std::move(ranks));
     }
   }
+  create_process_set(0, all);
+  for (auto& ranks : static_sets) create_process_set(next_set_id_++, std::move(ranks));
   if (t.rank == 0) {
     for (const auto& notice : inert_knob_notices()) HVD_LOG(kWarning, notice);
   }

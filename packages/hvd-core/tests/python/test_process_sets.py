@@ -2,6 +2,7 @@
 # disjoint sets run concurrently.
 import pytest
 
+import horovod.common as hvd
 import ranks
 
 
@@ -136,3 +137,37 @@ except ValueError as e:
 ''')
     for res in results:
         assert "HOROVOD_DYNAMIC_PROCESS_SETS" in res
+
+
+def test_process_set_takes_any_iterable_of_ranks():
+    # Horovod's own tests pass e.g. reversed(range(...)); order does not matter.
+    assert hvd.ProcessSet(reversed(range(1, 4))).ranks == [1, 2, 3]
+    assert hvd.ProcessSet(r for r in (2, 0)).ranks == [0, 2]
+    assert hvd.ProcessSet({3, 1}).ranks == [1, 3]
+    for bad in (5, ["a"], [1.0]):
+        with pytest.raises(ValueError):
+            hvd.ProcessSet(bad)
+
+
+def test_duplicate_static_process_sets_fail_init_and_a_valid_init_follows():
+    results = ranks.run_ok(3, '''
+errors = []
+for sets in ([hvd.ProcessSet([0]), hvd.ProcessSet([0])],           # the same twice
+             [hvd.ProcessSet(range(2, -1, -1))],                   # the global set again
+             [hvd.ProcessSet([1, 1])], [hvd.ProcessSet([5])]):     # not distinct, not a rank
+    try:
+        hvd.init(process_sets=sets)
+        errors.append(None)
+    except ValueError as e:
+        errors.append(str(e))
+    assert not hvd.is_initialized()
+ps = hvd.ProcessSet(reversed(range(1, 3)))
+hvd.init(process_sets=[hvd.ProcessSet([0]), ps])
+print(json.dumps({"errors": errors, "table": {str(k): v for k, v in hvd._basics._get_process_set_ids_and_ranks().items()},
+                  "id": ps.process_set_id}))
+''', timeout=90)
+    for res in results:
+        assert "duplicates process set 1" in res["errors"][0]
+        assert "duplicates the global process set" in res["errors"][1]
+        assert "distinct ranks" in res["errors"][2] and "names rank 5" in res["errors"][3]
+        assert res["table"] == {"0": [0, 1, 2], "1": [0], "2": [1, 2]} and res["id"] == 2

@@ -150,6 +150,25 @@ class HorovodBasics:
                              "rank %d); for a part of the job, pass process_sets= to init() or use "
                              "hvd.add_process_set(), and give the collectives process_set=" % (what, size, rank))
 
+    def _get_process_set_ids_and_ranks(self):
+        """{process set id: its ranks} for every registered process set (Horovod's
+        internal helper, which its tests use)."""
+        library = c_api.lib()
+        count = ctypes.c_size_t()
+        c_api.check(library.hvd_get_process_set_ids(None, 0, ctypes.byref(count)))
+        ids = (ctypes.c_int32 * count.value)()
+        c_api.check(library.hvd_get_process_set_ids(ids, count.value, ctypes.byref(count)))
+        result = {}
+        for set_id in ids:
+            info = c_api.ProcessSetInfo(struct_size=ctypes.sizeof(c_api.ProcessSetInfo), process_set_id=set_id)
+            c_api.check(library.hvd_get_process_set_info(ctypes.byref(info)))
+            ranks = (ctypes.c_int32 * info.size)()
+            info.ranks = ctypes.cast(ranks, ctypes.POINTER(ctypes.c_int32))
+            info.ranks_capacity = info.size
+            c_api.check(library.hvd_get_process_set_info(ctypes.byref(info)))
+            result[set_id] = list(ranks)
+        return result
+
     def _read_topology(self):
         topology = c_api.Topology(struct_size=ctypes.sizeof(c_api.Topology))
         c_api.check(c_api.lib().hvd_get_topology(ctypes.byref(topology)))

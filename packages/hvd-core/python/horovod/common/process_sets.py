@@ -3,7 +3,7 @@
 """Process sets: run collectives on a subset of the ranks."""
 
 import ctypes
-from typing import List, Optional, Sequence, Union
+from typing import Any, Iterable, List, Optional, Sequence, Union
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "process_set_id_of"]
 
@@ -19,13 +19,20 @@ class ProcessSet:
     ranks.
 
     Args:
-        ranks: the ranks in the set (order does not matter).
+        ranks: the ranks in the set, any iterable of ints (order does not
+            matter), or an mpi4py communicator: its members, as ranks of
+            MPI_COMM_WORLD (which are hvd's ranks under mpirun).
     """
 
-    def __init__(self, ranks: Sequence[int]):
-        if not isinstance(ranks, (list, tuple, range)) or not all(isinstance(r, int) for r in ranks):
-            raise ValueError("ProcessSet expects a list of integer ranks; mpi4py communicators need MPI, "
-                             "which hvd-core does not use")
+    def __init__(self, ranks: Union[Iterable[int], Any]):
+        if hasattr(ranks, "Get_group"):
+            ranks = _communicator_ranks(ranks)
+        try:
+            ranks = list(ranks)
+        except TypeError:
+            raise ValueError("ProcessSet expects integer ranks or an mpi4py communicator, got %r" % (ranks,)) from None
+        if not all(isinstance(r, int) for r in ranks):
+            raise ValueError("ProcessSet expects integer ranks, got %r" % (ranks,))
         self.ranks: List[int] = sorted(ranks)
         self.process_set_id: Optional[int] = None
 
@@ -68,6 +75,15 @@ class ProcessSet:
 
     def __hash__(self):
         return hash((self.process_set_id, tuple(self.ranks)))
+
+
+def _communicator_ranks(comm):
+    from mpi4py import MPI  # only reached with an mpi4py communicator in hand
+    group = comm.Get_group()
+    try:
+        return MPI.Group.Translate_ranks(group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group())
+    finally:
+        group.Free()
 
 
 global_process_set = ProcessSet([])

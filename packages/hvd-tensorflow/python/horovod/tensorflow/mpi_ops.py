@@ -11,6 +11,7 @@ import re
 import tensorflow as tf
 from tensorflow.python.framework import ops as _ops
 
+from horovod.common import _basics  # noqa: F401 - Horovod's tests reach it as mpi_ops._basics
 from horovod.common import c_api
 # One engine for every binding in the process: hvd.init() through
 # horovod.tensorflow also initialises horovod.common and horovod.torch.
