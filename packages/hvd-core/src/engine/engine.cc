@@ -123,7 +123,6 @@ void Engine::init(const hvd_init_args* args) {
   std::shared_ptr<Engine> engine(new Engine());
   engine->start(args);
   g_engine = std::move(engine);
-  ++g_generation;  // only a start that worked moves on: a failed one can be retried under the same keys
 }
 
 void Engine::shutdown() {
@@ -138,7 +137,6 @@ void Engine::shutdown() {
 Engine::~Engine() { stop(); }
 
 void Engine::start(const hvd_init_args* args) {
-  const uint64_t generation = g_generation;
   Topology& t = topology_;
   if (!env_first_int({"HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, &t.rank)) t.rank = 0;
   if (!env_first_int({"HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &t.size)) t.size = 1;
@@ -176,6 +174,43 @@ void Engine::start(const hvd_init_args* args) {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");
   }
 
+  // Static sets are checked before anything connects: every rank finds the
+  // same fault, and nothing is left half started.
+  std::vector<int> all(static_cast<size_t>(t.size));
+  for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
+  std::vector<std::vector<int>> static_sets;
+  if (args != nullptr && args->struct_size > offsetof(hvd_init_args, num_process_sets)) {
+    size_t offset = 0;
+    for (size_t i = 0; i < args->num_process_sets; ++i) {
+      int32_t n = args->process_set_sizes[i];
+      std::vector<int> ranks(args->process_set_ranks + offset, args->process_set_ranks + offset + n);
+      offset += static_cast<size_t>(n);
+      std::sort(ranks.begin(), ranks.end());
+      const std::string which = "process set " + std::to_string(i + 1);
+      if (ranks.empty() || std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+        throw_error(ErrorCode::kInvalidArgument, which + " must name distinct ranks, at least one");
+      }
+      for (int r : ranks) {
+        if (r < 0 || r >= t.size) {
+          throw_error(ErrorCode::kInvalidArgument, which + " names rank " + std::to_string(r) + ", but the job has " +
+                                                       std::to_string(t.size) + " ranks");
+        }
+      }
+      if (ranks == all) {
+        throw_error(ErrorCode::kInvalidArgument, which + " has every rank: it duplicates the global process set");
+      }
+      auto same = std::find(static_sets.begin(), static_sets.end(), ranks);
+      if (same != static_sets.end()) {
+        throw_error(ErrorCode::kInvalidArgument, which + " duplicates process set " +
+                                                     std::to_string(same - static_sets.begin() + 1) +
+                                                     " (the same ranks): process sets must differ");
+      }
+      static_sets.push_back(std::move(ranks));
+    }
+  }
+  // From here on the store is used: this start consumes a generation even
+  // if it fails, so a retry never reads the addresses a failed one left.
+  const uint64_t generation = g_generation++;
   std::string key_prefix = "g" + std::to_string(generation) + "/";
   if (t.size == 1) {
     store_ = std::make_unique<MemoryStore>();
@@ -272,40 +307,6 @@ void Engine::start(const hvd_init_args* args) {
     timeline_.start(timeline_path, env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false));
   }
 
-  std::vector<int> all(static_cast<size_t>(t.size));
-  for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
-  // Static sets are checked before anything connects: every rank finds the
-  // same fault, and nothing is left half started.
-  std::vector<std::vector<int>> static_sets;
-  if (args != nullptr && args->struct_size > offsetof(hvd_init_args, num_process_sets)) {
-    size_t offset = 0;
-    for (size_t i = 0; i < args->num_process_sets; ++i) {
-      int32_t n = args->process_set_sizes[i];
-      std::vector<int> ranks(args->process_set_ranks + offset, args->process_set_ranks + offset + n);
-      offset += static_cast<size_t>(n);
-      std::sort(ranks.begin(), ranks.end());
-      const std::string which = "process set " + std::to_string(i + 1);
-      if (ranks.empty() || std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
-        throw_error(ErrorCode::kInvalidArgument, which + " must name distinct ranks, at least one");
-      }
-      for (int r : ranks) {
-        if (r < 0 || r >= t.size) {
-          throw_error(ErrorCode::kInvalidArgument, which + " names rank " + std::to_string(r) + ", but the job has " +
-                                                       std::to_string(t.size) + " ranks");
-        }
-      }
-      if (ranks == all) {
-        throw_error(ErrorCode::kInvalidArgument, which + " has every rank: it duplicates the global process set");
-      }
-      auto same = std::find(static_sets.begin(), static_sets.end(), ranks);
-      if (same != static_sets.end()) {
-        throw_error(ErrorCode::kInvalidArgument, which + " duplicates process set " +
-                                                     std::to_string(same - static_sets.begin() + 1) +
-                                                     " (the same ranks): process sets must differ");
-      }
-      static_sets.push_back(std::move(ranks));
-    }
-  }
   create_process_set(0, all);
   for (auto& ranks : static_sets) create_process_set(next_set_id_++, std::move(ranks));
   if (t.rank == 0) {
