@@ -330,7 +330,7 @@ def make_callback_classes(_keras):
         """Keras callback for a gradual learning-rate warmup: over the first `warmup_epochs` epochs
         the rate climbs linearly from `initial_lr / hvd.size()` to `initial_lr`.
 
-        `initial_lr` is the optimizer's learning rate when training starts.
+        `initial_lr` is the rate the warmup ends at, usually the optimizer's configured learning rate.
 
         The idea comes from Goyal et al., "Accurate, Large Minibatch SGD: Training ImageNet in
         1 Hour" (https://arxiv.org/pdf/1706.02677.pdf).
