@@ -39,11 +39,11 @@ def main():
     parser.add_argument("--checkpoint-dir", default=os.path.join(tempfile.gettempdir(), "tensorflow2_mnist_ckpt"))
     args = parser.parse_args()
 
-    # Horovod: initialize Horovod.
+    # hvd: start the engine before anything else uses it.
     hvd.init()
     tf.config.threading.set_intra_op_parallelism_threads(1)
 
-    # Horovod: pin GPU to be used to process local rank (one GPU per process).
+    # hvd: one GPU per process, chosen by the local rank.
     gpus = tf.config.experimental.list_physical_devices("GPU")
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
@@ -51,7 +51,7 @@ def main():
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
 
     images, labels = synthetic_mnist(args.train_samples, seed=1)
-    # Horovod: each worker trains on its own shard of the data.
+    # hvd: every rank reads a different shard of the data.
     dataset = (tf.data.Dataset.from_tensor_slices((images, labels))
                .shard(hvd.size(), hvd.rank())
                .repeat()
@@ -70,29 +70,28 @@ def main():
         tf.keras.layers.Dense(10),
     ])
     loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    # Horovod: adjust learning rate based on number of workers.
+    # hvd: scale the learning rate with the number of ranks (the effective batch grows with it).
     opt = tf.keras.optimizers.Adam(args.lr * hvd.size())
 
     @tf.function
     def training_step(images, labels, first_batch):
         with tf.GradientTape() as tape:
             loss_value = loss(labels, model(images, training=True))
-        # Horovod: add Horovod Distributed GradientTape.
+        # hvd: wrap the tape so that gradient() returns gradients averaged over all ranks.
         tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss_value, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
-        # Horovod: broadcast initial variable states from rank 0 to all other processes.
-        # This is necessary to ensure consistent initialization of all workers when
-        # training is started with random weights or restored from a checkpoint.
-        # Note: broadcast should be done after the first gradient step to ensure
-        # optimizer initialization.
+        # hvd: copy rank 0's model and optimizer variables to every other rank, so all
+        # replicas continue from identical weights however they were initialised (random
+        # or from a checkpoint). It happens after the first step because the optimizer
+        # creates its variables on its first apply_gradients().
         if first_batch:
             hvd.broadcast_variables(model.variables, root_rank=0)
             hvd.broadcast_variables(opt.variables, root_rank=0)
         return loss_value
 
     start = time.time()
-    # Horovod: adjust number of steps based on number of workers.
+    # hvd: fewer steps per rank as ranks are added, for about the same total work.
     for batch, (batch_images, batch_labels) in enumerate(dataset.take(max(1, args.steps // hvd.size()))):
         loss_value = training_step(batch_images, batch_labels, batch == 0)
         if batch % 20 == 0 and hvd.rank() == 0:
@@ -105,7 +104,7 @@ def main():
     predictions = tf.argmax(model(test_images, training=False), axis=1).numpy()
     accuracy = float(np.mean(predictions == test_labels))
 
-    # Horovod: save checkpoints only on worker 0 to prevent other workers from corrupting them.
+    # hvd: only rank 0 writes the checkpoint; several ranks writing one file would clobber it.
     if hvd.rank() == 0:
         os.makedirs(args.checkpoint_dir, exist_ok=True)
         path = os.path.join(args.checkpoint_dir, "mnist.weights.h5")

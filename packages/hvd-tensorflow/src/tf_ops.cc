@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "hvd/c_api.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/op.h"  // REGISTER_OP
+#include "tensorflow/core/framework/op_kernel.h"  // OpKernel, AsyncOpKernel, REGISTER_KERNEL_BUILDER
+#include "tensorflow/core/framework/resource_mgr.h"  // LookupResource, HandleFromInput
+#include "tensorflow/core/framework/resource_var.h"  // tensorflow::Var (in-place broadcast targets)
+#include "tensorflow/core/framework/shape_inference.h"  // InferenceContext for the ops' shape functions
 
 namespace hvd_tf {
 namespace {

@@ -40,8 +40,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "hvd/c_api.h"
-#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
-#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
+#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"  // XlaOpKernel
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"  // REGISTER_XLA_OP
 #include "xla/ffi/api/ffi.h"
 #include "xla/hlo/builder/xla_builder.h"
 #include "xla/shape_util.h"

@@ -10,7 +10,7 @@ import json, os, sys, time
 import numpy as np
 import tensorflow as tf
 tf.config.threading.set_inter_op_parallelism_threads(2)
-tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)  # and one inside each op
 import horovod.tensorflow.mpi_ops as ops
 """
 

@@ -61,7 +61,7 @@ class Probe(keras.callbacks.Callback):
         self.lrs.append(get_value(opt.learning_rate))
         if hasattr(getattr(opt, "momentum", None), "assign"):
             self.moms.append(get_value(opt.momentum))
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch, logs=None):  # keep the losses Keras reports
         self.logs.append({k: float(v) for k, v in logs.items() if k in ("loss", "val_loss")})
 
 def sgd(lr, momentum):

@@ -75,12 +75,12 @@ bcast_in_graph()
 out["bcast_inplace_graph"] = v1.numpy().tolist()
 # TF1 graph: a reference variable (no resource handle) next to a resource one
 with tf.Graph().as_default():
-    from tensorflow.python.ops.ref_variable import RefVariable
+    from tensorflow.python.ops.ref_variable import RefVariable  # a TF1 reference variable
     ref_v = RefVariable([float(r)] * 2)
     res_v = tf.compat.v1.get_variable("res_v", initializer=[10.0 + r], use_resource=True)
     outs = ops.broadcast_([ref_v, res_v], root_rank=1)
     with tf.compat.v1.Session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(tf.compat.v1.global_variables_initializer())  # rank-dependent values first
         got = sess.run(outs)
         out["bcast_inplace_ref"] = [got[0].tolist(), got[1].tolist(), sess.run(ref_v).tolist()]
 
@@ -191,7 +191,7 @@ out["broadcast"] = grad(lambda t: ops.broadcast(t, root_rank=1), tf.ones([3]) * 
 out["alltoall"] = grad(lambda t: ops.alltoall(t, splits=[1, 2])[0], lambda y: tf.ones_like(y) * (r + 10))
 # reducescatter on 2 rows per rank
 y2 = tf.ones([2 * n, 1]) * (r + 1)
-with tf.GradientTape(persistent=True) as tape:
+with tf.GradientTape(persistent=True) as tape:  # two gradients are taken from it
     tape.watch(y2)
     rs = ops._reducescatter(y2, op=ops.Average)
     rs_sum = ops._reducescatter(y2, op=ops.Sum)

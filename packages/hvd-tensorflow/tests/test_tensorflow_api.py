@@ -297,13 +297,13 @@ def _():
         a = tf.compat.v1.get_variable("a", initializer=tf.constant(np.full((2, 3), rank + 1.0)))
         b = tf.compat.v1.get_variable("b", initializer=tf.constant([rank * 10, 7], tf.int32))
         step = tf.compat.v1.train.get_or_create_global_step()
-        hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+        hooks = [hvd.BroadcastGlobalVariablesHook(0)]  # rank 0's values win
         with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as sess:
             av, bv = sess.run([a, b])
         assert (av == 1.0).all() and bv.tolist() == [0, 7], (av, bv)
         # session-based helpers
         with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(tf.compat.v1.global_variables_initializer())  # fresh rank-dependent values
             sess.run(hvd.broadcast_global_variables(1 % size))
             assert (sess.run(a) == 1 % size + 1.0).all()
             summed = sess.run(hvd.allreduce(tf.constant([1.0, rank]), op=hvd.Sum))

@@ -66,7 +66,7 @@ def perturb_and_broadcast(model):
     if rank != 0:
         for v in model.weights:
             v.assign(v + 1.0)
-    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(model.variables, root_rank=0)  # now rank 0's weights everywhere
 
 @check("mlp_sgd_momentum_tf_function")
 def _():

@@ -210,7 +210,7 @@ def _():
             opt = hvd.DistributedOptimizer(opt_cls(0.5), **kwargs)
             train = opt.minimize(loss_fn(w, b, emb, rank), global_step=step)
             with tf.compat.v1.Session() as sess:
-                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(tf.compat.v1.global_variables_initializer())  # start from W0/E0
                 sess.run(train)
                 np.testing.assert_allclose(sess.run(w), W0 - 0.5 * MEAN[0], rtol=1e-12)
                 np.testing.assert_allclose(sess.run(emb), E0 - 0.5 * MEAN[2], rtol=1e-12, atol=1e-12)
@@ -262,7 +262,7 @@ def _():
         opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9), op=hvd.Adasum)
         train = opt.minimize(loss_fn(w, b, emb, rank), global_step=step)
         with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(tf.compat.v1.global_variables_initializer())  # same start on every rank
             sess.run(train)
             for v, expected in zip((w, b, emb), want):
                 np.testing.assert_allclose(sess.run(v), expected, rtol=1e-10, atol=1e-12)
@@ -293,12 +293,12 @@ def _():
                                        backward_passes_per_step=2)
         train = opt.apply_gradients([(tf.constant(g), v) for g, v in zip(ALL[rank], vs)])
         with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(tf.compat.v1.global_variables_initializer())  # same start on every rank
             check_window(lambda: sess.run(train), sess.run)
 
 @check("eager_aggregation_helper")
 def _():
-    from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
+    from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager  # used here only
     reduce_fn = hvd._make_allreduce_grads_fn("agg", "", "", hvd.Compression.none, True, hvd.Average, 1.0, None,
                                              process_set=hvd.global_process_set)
     for in_function in (False, True):

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 # Ranks share two cores: more threads would only contend.
 tf.config.threading.set_inter_op_parallelism_threads(2)
-tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)  # one thread inside each op
 import horovod.tensorflow.mpi_ops as hvd
 """
 

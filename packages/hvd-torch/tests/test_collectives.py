@@ -429,10 +429,10 @@ report["allgather_object"] = [o["rank"] for o in gathered] == list(range(size))
 # one process stepping on the mean gradient.
 torch.manual_seed(rank)  # different initial weights: the broadcast must fix them
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
-hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # rank 0's weights everywhere
 reference = [p.detach().clone() for p in model.parameters()]
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters())  # names for the allreduces
 hvd.broadcast_optimizer_state(opt, root_rank=0)
 data = torch.randn(size, 4, 8, generator=torch.Generator().manual_seed(3)).to(device)
 target = torch.randn(size, 4, 1, generator=torch.Generator().manual_seed(4)).to(device)

@@ -58,8 +58,8 @@ ref = mlp()
 train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4), (10,), shard=False)
 model = mlp()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4),
-                               named_parameters=model.named_parameters())
-hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+                               named_parameters=model.named_parameters())  # names for the allreduces
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # identical start on every rank
 report["mlp_sgd"] = compare(train(model, opt, (10,), shard=True), ref, "mlp_sgd")
 moved = max((p - q).abs().max().item() for p, q in zip(model.parameters(), mlp().parameters()))
 assert moved > 1e-2, "training did not move the parameters"

@@ -74,7 +74,7 @@ for kind in ("adam", "sgd", "distributed", "frozen"):
     else:
         opt = torch.optim.Adam(params, lr=0.01 * (rank + 1), betas=(0.8 + 0.01 * rank, 0.99), amsgrad=rank == root)
     if kind == "distributed":
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # names for the allreduces
     # only the root steps (a DistributedOptimizer cannot step alone: it
     # starts fresh everywhere, exercising the state initialisation)
     if rank == root and kind != "distributed":

@@ -47,7 +47,7 @@ def train_step(opt, model, batches, step=True):
 # 1. class, averaging, step applies the averaged gradient
 model = make()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters())  # names for the allreduces
 assert isinstance(opt, torch.optim.SGD) and type(opt).__name__ == "SGD" and type(opt) is not torch.optim.SGD
 before = [p.detach().clone() for p in model.parameters()]
 want = reference(model, [batch(0)])
@@ -196,7 +196,7 @@ class Branchy(torch.nn.Module):
         return self.a(x) + (self.b(x) if use_b else 0)
 model = Branchy()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters())  # names for the allreduces
 x, y = batch(13)
 F.mse_loss(model(x, rank == 0), y).backward()
 opt.synchronize()
@@ -351,7 +351,7 @@ done.append("adasum")
 # 10. Adam through the wrapper keeps the replicas identical
 model = make()
 opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters())  # names for the allreduces
 for s in range(3):
     opt.zero_grad()
     train_step(opt, model, [batch(20 + s)])

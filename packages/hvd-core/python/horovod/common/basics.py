@@ -208,31 +208,31 @@ class HorovodBasics:
         return topology
 
     def start_timeline(self, file_path, mark_cycles=False):
-        """Creates a timeline file at `file_path` and begins recording.
+        """Starts recording a timeline of the engine's activity into the file at `file_path`.
 
         Args:
-            file_path: String path to the timeline file.
-            mark_cycles: Boolean indicating that cycles should be marked on the timeline (default: False).
+            file_path: path of the timeline file to write.
+            mark_cycles: whether the engine's cycles are marked in the timeline too (default: False).
 
-        Raises a `ValueError` if Horovod is not initialized.
+        Raises a `ValueError` when hvd has not been initialized.
         """
         self._topo()
         path = os.fsencode(file_path)
         c_api.check(c_api.lib().hvd_start_timeline(path, len(path), 1 if mark_cycles else 0))
 
     def stop_timeline(self):
-        """Stops the active timeline recording and closes the file.
+        """Ends the timeline recording in progress and closes its file.
 
-        Raises a `ValueError` if Horovod is not initialized.
+        Raises a `ValueError` when hvd has not been initialized.
         """
         self._topo()
         c_api.check(c_api.lib().hvd_stop_timeline())
 
     def size(self):
-        """A function that returns the number of Horovod processes.
+        """The total number of processes (ranks) in the job.
 
         Returns:
-          An integer scalar containing the number of Horovod processes.
+          The number of ranks, as an int.
         """
         return self._topo().size
 

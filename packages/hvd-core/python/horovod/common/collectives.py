@@ -103,16 +103,15 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    """A function that performs asynchronous averaging or summation of the input tensor
-    over all the Horovod processes. The input tensor is not modified.
+    """Starts a reduction (average by default) of a numpy array across all ranks without waiting;
+    the result goes to a new array and `tensor` itself is left untouched.
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit an array of identical dtype and
+    shape under the same name, and no data moves before every rank has submitted it. Without a
+    `name`, the engine generates one from a running counter.
 
     Returns:
-        A handle to the allreduce operation that can be used with `poll()` or `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`.
     """
     op = _average_compat(op, average)
     output = np.empty_like(tensor) if isinstance(tensor, np.ndarray) else None
@@ -122,17 +121,17 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
-    """A function that performs averaging or summation of the input tensor over all the
-    Horovod processes. The input tensor is not modified.
+    """Reduces a numpy array across all ranks (average by default) and returns the result as a new
+    array; `tensor` itself is left untouched.
 
     Args:
-        tensor: A numpy array to reduce.
+        tensor: the numpy array to reduce.
         average: Deprecated; use `op`.
-        name: A name of the reduction operation.
+        name: optional name under which the ranks match this operation.
         op: The reduction operation (Average, Sum, Min, Max, Product). Defaults to Average.
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        process_set: Process set object to limit this operation to a subset of Horovod processes.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set unless given.
 
     Returns:
         An array of the same shape and type as `tensor`, reduced across all processes.
@@ -230,12 +229,11 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """A function that concatenates the input tensor with the same input tensor on
-    all other Horovod processes. The input tensor is not modified.
+    """Gathers a numpy array from all ranks and returns the ranks' arrays stacked along the first
+    dimension, in rank order; `tensor` itself is left untouched.
 
-    The concatenation is done on the first dimension, so the input tensors on the
-    different processes must have the same rank and shape, except for the first
-    dimension, which is allowed to be different.
+    The ranks' arrays may differ in their first dimension only: the number of dimensions and the
+    remaining sizes must match.
 
     Returns:
         An array of the same type as `tensor`, concatenated on dimension zero across
@@ -271,8 +269,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """A function that broadcasts the input tensor on root rank to the same input tensor
-    on all other Horovod processes. The input tensor is not modified.
+    """Copies a numpy array from `root_rank` to all ranks and returns the root's value as a new
+    array; `tensor` itself is left untouched.
 
     The tensor type and shape must be the same on all Horovod processes for a given name.
 
@@ -309,9 +307,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """A function that scatters slices of the input tensor to all other Horovod processes
-    and returns a tensor of gathered slices from all other Horovod processes. The input
-    tensor is not modified.
+    """All-to-all exchange: `tensor` is cut into consecutive blocks of rows, block i goes to rank i,
+    and the blocks every rank sent here are joined in rank order. `tensor` itself is left
+    untouched.
 
     The slicing is done on the first dimension, so the input tensors on the different
     processes must have the same rank and shape, except for the first dimension.
@@ -336,8 +334,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0):
-    """A function that performs a reduction of the input tensor over all the Horovod
-    processes, then scatters the results across them. The input tensor is not modified.
+    """Reduces a numpy array across all ranks and hands each rank its own block of rows of the
+    result; `tensor` itself is left untouched.
 
     The first dimension is split as evenly as possible; lower ranks get one more row
     when it does not divide.
@@ -364,18 +362,17 @@ def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_pro
 
 
 def barrier(process_set=global_process_set):
-    """A function that acts as a simple sychronization point for ranks specified
-    in the given process group. Returns when every rank of the set has called it."""
+    """Blocks until every rank of `process_set` has reached this call."""
     _check_process_set(process_set)
     synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], process_set.process_set_id,
                                 caller_waits=True))
 
 
 def join(device=-1):
-    """A function that indicates that the rank finished processing data.
+    """Declares that this rank has run out of data and blocks until every rank has done the same.
 
-    All ranks that did not call join() continue to process allreduce operations;
-    this rank takes part with zeros. This function blocks until all ranks join.
+    While some ranks have joined, the others can keep running allreduces, in which each joined
+    rank stands in with zeros.
 
     Args:
         device: ignored (kept for Horovod compatibility).
@@ -388,19 +385,18 @@ def join(device=-1):
 
 
 def poll(handle):
-    """Polls an allreduce, allgather, broadcast, ... handle to determine whether the
-    underlying operation has completed. After `poll()` returns True, `synchronize()`
-    returns without blocking.
+    """Tells, without blocking, whether the asynchronous operation behind `handle` (allreduce,
+    allgather, broadcast, ...) has finished. Once it returns True, `synchronize()` returns at
+    once.
 
     Returns:
-        A flag indicating whether the operation has completed.
+        True when the operation is done, False while it is still in progress.
     """
     return _handles.poll(handle)
 
 
 def synchronize(handle):
-    """Synchronizes an asynchronous operation until it's completed. Returns the result
-    of the operation.
+    """Waits for the asynchronous operation behind `handle` to finish and returns its result.
 
     Raises:
         HorovodInternalError: a peer failed or the job was shut down.

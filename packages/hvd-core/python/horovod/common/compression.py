@@ -9,16 +9,16 @@ __all__ = ["Compressor", "NoneCompressor", "CastCompressor"]
 
 
 class Compressor(object):
-    """Interface for compressing and decompressing a given tensor."""
+    """Base class of the compressors: compress() before the exchange, decompress() after it."""
 
     @staticmethod
     def compress(tensor):
-        """Compresses a tensor and returns it with the context needed to decompress it."""
+        """Returns the tensor to send and a context object that decompress() will need."""
         pass
 
     @staticmethod
     def decompress(tensor, ctx):
-        """Decompress the tensor with the given context."""
+        """Turns a received tensor back into the original form, using the context from compress()."""
         pass
 
 

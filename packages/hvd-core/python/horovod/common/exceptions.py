@@ -13,7 +13,7 @@ __all__ = [
 
 
 class HorovodInternalError(RuntimeError):
-    """Internal error raised when a Horovod collective operation (e.g., allreduce) fails.
+    """Raised when a collective (allreduce and the like) cannot complete.
 
     This happens when a peer process died, a connection broke, the job was shut
     down, or a stall exceeded HOROVOD_STALL_SHUTDOWN_TIME_SECONDS. Every pending
@@ -23,7 +23,7 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Internal interrupt event indicating that the set of hosts in the job has changed.
+    """Raised inside an elastic job to signal that hosts were added or removed.
 
     In elastic mode, this results in the current state being committed and
     training continuing on the new set of hosts.

@@ -249,26 +249,22 @@ def make_callback_classes(_keras):
     """Horovod's Keras callback classes bound to `_keras` (its Callback and ModelCheckpoint)."""
 
     class BroadcastGlobalVariablesCallback(BroadcastGlobalVariablesCallbackImpl, _keras.callbacks.Callback):
-        """
-        Keras Callback that will broadcast all global variables from root rank
-        to all other processes during initialization.
+        """Keras callback that copies the model's (and the optimizer's) variables from `root_rank` to
+        every other rank, so that all workers train from the same starting point, whether the
+        weights were initialised randomly or restored from a checkpoint.
 
-        This is necessary to ensure consistent initialization of all workers when
-        training is started with random weights or restored from a checkpoint.
-        (hvd: the model's variables, and the optimizer's that exist by then, are
-        also broadcast when training begins, so the first step already starts from
-        root_rank's weights.)
+        The copy is made when training begins (for the variables that exist by then, so the first
+        step already starts from root_rank's weights) and once more after the first batch, when
+        lazily created variables such as optimizer slots exist too.
         """
 
         def __init__(self, root_rank, device='', local_variables=None):
-            """
-            Construct a new BroadcastGlobalVariablesCallback that will broadcast all
-            global variables from root rank to all other processes during initialization.
+            """Creates the callback.
 
             Args:
-                root_rank: Rank that will send data, other ranks will receive data.
-                device: Device to be used for broadcasting. Uses GPU by default
-                        if Horovod was build with HOROVOD_GPU_OPERATIONS.
+                root_rank: the rank whose values are sent; every other rank receives them.
+                device: device on which the broadcasts run ('' leaves the placement to
+                    TensorFlow).
                 local_variables: A variable or a collection of variables that are
                         worker local and are therefore not broadcast; each rank
                         keeps its own values.
@@ -276,129 +272,108 @@ def make_callback_classes(_keras):
             super().__init__(_keras, root_rank, device, local_variables)
 
     class MetricAverageCallback(MetricAverageCallbackImpl, _keras.callbacks.Callback):
-        """
-        Keras Callback that will average metrics across all processes at the
-        end of the epoch. Useful in conjuction with ReduceLROnPlateau,
-        TensorBoard and other metrics-based callbacks.
+        """Keras callback that, at the end of every epoch, replaces each scalar metric in the logs by its
+        average over all ranks. Metric-driven callbacks such as ReduceLROnPlateau or TensorBoard then
+        see the same numbers on every rank.
 
-        Note, this callback must be added to the callback list before the
-        ReduceLROnPlateau, TensorBoard or other metrics-based callbacks.
+        It has to come before those callbacks in the callback list, so that they read the averaged
+        values.
         """
 
         def __init__(self, device=''):
-            """
-            Construct a new MetricAverageCallback that will average metrics
-            across all processes at the end of the epoch.
+            """Creates the callback.
 
             Args:
-                device: Device to be used for allreduce. Uses GPU by default
-                        if Horovod was build with HOROVOD_GPU_OPERATIONS.
+                device: device on which the allreduce runs ('' leaves the placement to
+                    TensorFlow).
             """
             super().__init__(_keras, device)
 
     class LearningRateScheduleCallback(LearningRateScheduleCallbackImpl, _keras.callbacks.Callback):
-        """
-        LearningRateScheduleCallback sets learning rate between epochs `start_epoch` and
-        `end_epoch` to be `initial_lr * multiplier`.  `multiplier` can be a constant or
-        a function `f(epoch) = lr'`.
+        """Keras callback that, from epoch `start_epoch` up to (not including) `end_epoch`, sets the
+        optimizer's learning rate to `initial_lr * multiplier(epoch)`. `multiplier` is either a
+        constant or a function of the epoch.
 
-        If `multiplier` is a function and `staircase=True`, learning rate adjustment will
-        happen at the beginning of each epoch and the epoch passed to the `multiplier`
-        function will be an integer.
+        With `staircase=True` (always the case for a constant `multiplier`) the rate is set at the
+        start of each epoch and `multiplier` receives the integer epoch. With `staircase=False` it is
+        set before every batch and `multiplier` receives a fractional epoch,
+        `epoch + batch / steps_per_epoch`, for smooth schedules such as the one of
+        `LearningRateWarmupCallback`.
 
-        If `multiplier` is a function and `staircase=False`, learning rate adjustment will
-        happen at the beginning of each batch and the epoch passed to the `multiplier`
-        function will be a floating number: `epoch' = epoch + batch / steps_per_epoch`.
-        This functionality is useful for smooth learning rate adjustment schedulers, such
-        as `LearningRateWarmupCallback`.
-
-        `initial_lr` is the learning rate of the model optimizer at the start of the training.
+        `initial_lr` is the optimizer's learning rate when training starts.
         """
 
         def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                      momentum_correction=True, steps_per_epoch=None):
-            """
-            Construct a new LearningRateScheduleCallback.
+            """Creates the callback.
 
             Args:
-                initial_lr: Initial learning rate at the start of training.
-                multiplier: A constant multiplier or a function `f(epoch) = lr'`
-                start_epoch: The first epoch this adjustment will be applied to. Defaults to 0.
-                end_epoch: The epoch this adjustment will stop applying (exclusive end).
-                           Defaults to None.
-                staircase: Whether to adjust learning rate at the start of epoch (`staircase=True`)
-                           or at the start of every batch (`staircase=False`).
-                momentum_correction: Apply momentum correction to optimizers that have momentum.
-                                     Defaults to True.
-                steps_per_epoch: The callback will attempt to autodetect number of batches per
-                                 epoch with Keras >= 2.0.0. Provide this value if you have an older
-                                 version of Keras.
+                initial_lr: the learning rate at the start of training (required: None raises
+                    ValueError).
+                multiplier: a constant factor, or a function mapping the epoch to a factor.
+                start_epoch: first epoch the schedule applies to; 0 by default.
+                end_epoch: epoch at which the schedule stops applying (not included); None, the
+                    default, means no end.
+                staircase: True to change the rate at the start of each epoch, False to change it
+                    before every batch.
+                momentum_correction: whether, in the step where the rate changes, the momentum of an
+                    optimizer that keeps it in a variable is scaled by new_lr / old_lr. True by
+                    default.
+                steps_per_epoch: batches per epoch, needed when `staircase=False`; when omitted it
+                    is taken from the parameters Keras passes to callbacks, and ValueError is raised
+                    if they do not tell.
             """
             super().__init__(_keras, initial_lr, multiplier, start_epoch, end_epoch, staircase, momentum_correction,
                              steps_per_epoch)
 
     class LearningRateWarmupCallback(LearningRateWarmupCallbackImpl, _keras.callbacks.Callback):
-        """
-        Implements gradual learning rate warmup:
+        """Keras callback for a gradual learning-rate warmup: over the first `warmup_epochs` epochs
+        the rate climbs linearly from `initial_lr / hvd.size()` to `initial_lr`.
 
-            `lr = initial_lr / hvd.size()` ---> `lr = initial_lr`
+        `initial_lr` is the rate the warmup ends at, usually the optimizer's configured learning rate.
 
-        `initial_lr` is the learning rate of the model optimizer at the start of the training.
+        The idea comes from Goyal et al., "Accurate, Large Minibatch SGD: Training ImageNet in
+        1 Hour" (https://arxiv.org/pdf/1706.02677.pdf).
 
-        This technique was described in the paper "Accurate, Large Minibatch SGD: Training
-        ImageNet in 1 Hour". See https://arxiv.org/pdf/1706.02677.pdf for details.
+        With a fractional epoch e = completed_epochs + batch / steps_per_epoch, the rate is
 
-        Math recap:
-                                                     batch
-            epoch               = full_epochs + ---------------
-                                                steps_per_epoch
+            lr(e) = initial_lr / size * (e * (size - 1) / warmup_epochs + 1)
 
-                                   lr     size - 1
-            lr'(epoch)          = ---- * (-------- * epoch + 1)
-                                  size     warmup
-
-                                   lr
-            lr'(epoch = 0)      = ----
-                                  size
-
-            lr'(epoch = warmup) = lr
+        which is initial_lr / size at e = 0 and initial_lr at e = warmup_epochs. (The
+        implementation evaluates it one step ahead, so each epoch's last step lands on a round
+        value.)
         """
 
         def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
-            """
-            Construct a new LearningRateWarmupCallback that will gradually warm up the learning rate.
+            """Creates the callback.
 
             Args:
-                initial_lr: Initial learning rate at the start of training.
-                warmup_epochs: The number of epochs of the warmup phase. Defaults to 5.
-                momentum_correction: Apply momentum correction to optimizers that have momentum.
-                                     Defaults to True.
-                steps_per_epoch: The callback will attempt to autodetect number of batches per
-                                 epoch with Keras >= 2.0.0. Provide this value if you have an older
-                                 version of Keras.
-                verbose: verbosity mode, 0 or 1.
+                initial_lr: the learning rate reached at the end of the warmup.
+                warmup_epochs: length of the warmup, in epochs; 5 by default.
+                momentum_correction: whether, in the step where the rate changes, the momentum of an
+                    optimizer that keeps it in a variable is scaled by new_lr / old_lr. True by
+                    default.
+                steps_per_epoch: batches per epoch; when omitted it is taken from the parameters
+                    Keras passes to callbacks, and ValueError is raised if they do not tell.
+                verbose: 0 for silence, 1 to print a line when the warmup ends.
             """
             super().__init__(_keras, initial_lr, warmup_epochs, momentum_correction, steps_per_epoch, verbose)
 
     class BestModelCheckpoint(BestModelCheckpointImpl, _keras.callbacks.ModelCheckpoint):
-        """
-        Save the model with the best performance. The best performance is decided by
-        `monitor` and `mode`. Only rank 0 writes the file.
+        """ModelCheckpoint that keeps only the best model seen so far, "best" being judged by `monitor`
+        and `mode`. Only rank 0 writes the file.
         """
 
         def __init__(self, filepath=None, monitor='val_loss', verbose=0, mode='auto', save_freq='epoch'):
-            """
-            Args:
+            """Args:
                 filepath: Where the best model is saved (Keras 3: ending in `.keras` or `.h5`).
                           May be set on the callback later, before training starts.
-                monitor: Quantity to monitor.
-                verbose: Verbosity mode, 0 or 1.
-                mode: one of {auto, min, max}. The decision to overwrite the current
-                      save file is made based on either the maximization or the
-                      minimization of the monitored quantity.
-                save_freq: `'epoch'` or integer. When using `'epoch'`, the callback saves
-                           the model after each epoch. When using integer, the callback saves
-                           the model at end of this many batches.
+                monitor: the logged quantity that decides which model is best.
+                verbose: 0 for silence, 1 to report saves.
+                mode: 'auto', 'min' or 'max': whether a lower or a higher value of `monitor` is
+                      better ('auto' guesses from the metric's name).
+                save_freq: 'epoch' to check after every epoch, or an integer N to check after every
+                           N batches.
             """
             super().__init__(filepath=filepath or self._PLACEHOLDER, monitor=monitor, verbose=verbose,
                              save_best_only=True, save_weights_only=False, mode=mode, save_freq=save_freq)

@@ -92,40 +92,39 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
               prescale_factor=1.0, postscale_factor=1.0,
               name=None, process_set=global_process_set,
               ignore_name_scope=False):
-    """Perform an allreduce on a tf.Tensor or tf.IndexedSlices.
+    """Reduces a tf.Tensor or tf.IndexedSlices across all ranks.
 
-    This function performs a bandwidth-optimal ring allreduce on the input
-    tensor. If the input is an tf.IndexedSlices, the function instead does an
-    allgather on the values and the indices, effectively doing an allreduce on
-    the represented tensor.
+    Dense tensors go through the engine's allreduce. A tf.IndexedSlices is handled by allgathering
+    its values and its indices instead, which amounts to reducing the dense tensor it stands for
+    (rows with the same index add up once densified).
 
     Arguments:
-        tensor: tf.Tensor, tf.Variable, or tf.IndexedSlices to reduce.
-                The shape of the input must be identical across all ranks.
+        tensor: the tf.Tensor, tf.Variable or tf.IndexedSlices to reduce. Dense inputs must
+            have the same shape on every rank.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        device_dense: Device to be used for dense tensors.
-        device_sparse: Device to be used for sparse tensors.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node.  Defaults to not
-                     using compression.
-        op: The reduction operation to combine tensors across different ranks.
-            Supported op values are Sum, Average, Min, Max, and Product. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        name: A name of the allreduce operation
-        ignore_name_scope: If True, ignores any outer name scope applied by
-                           TensorFlow in the name used by the Horovod operation.
+        device_dense: device on which dense tensors are processed.
+        device_sparse: device on which tf.IndexedSlices are processed.
+        compression: a compressor (see `horovod.tensorflow.Compression`) applied before sending and
+            undone on the result, to shrink the traffic of each worker. Compression.none by
+            default.
+        op: how the ranks' tensors are combined: Sum, Average, Min, Max or Product (Adasum is
+            also accepted for dense tensors; tf.IndexedSlices take Sum or Average only).
+            None means Average.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        name: optional name of the operation, used to match it across ranks.
+        ignore_name_scope: when True, the enclosing TensorFlow name scope is left out of the
+            name the operation gets.
 
     Returns:
-        A tensor of the same shape and type as `tensor`, summed across all
-        processes.
+        A tensor (or tf.IndexedSlices) with the shape and dtype of `tensor`, holding the
+        reduction over the ranks (an average unless `op` says otherwise).
     """
     op = handle_average_backwards_compatibility(op, average)
 
@@ -158,36 +157,35 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                       process_set=global_process_set,
                       ignore_name_scope=False,
                       name=None):
-    """Perform grouped allreduces on a sequence of tf.Tensor or tf.IndexedSlices.
+    """Reduces a sequence of tf.Tensor or tf.IndexedSlices across all ranks, as groups.
 
     Arguments:
-        tensors: Sequence of tf.Tensor, tf.Variable, or tf.IndexedSlices to reduce.
-                 The tensor type and shape must be the same on all Horovod processes
-                 for tensors sharing positions in `tensors`.
+        tensors: the tf.Tensor, tf.Variable or tf.IndexedSlices objects to reduce. The entry
+            at a given position must have the same dtype and shape on every rank.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        device_dense: Device to be used for dense tensors.
-        device_sparse: Device to be used for sparse tensors.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node.  Defaults to not
-                     using compression.
-        op: The reduction operation to combine tensors across different ranks.
-            Supported op values are Sum, Average, Min, Max, and Product. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensors before allreduce.
-        postscale_factor: Multiplicative factor to scale tensors after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        name: A name of the grouped allreduce operation
-        ignore_name_scope: If True, ignores any outer name scope applied by
-                           TensorFlow in the name used by the Horovod operation.
+        device_dense: device on which dense tensors are processed.
+        device_sparse: device on which tf.IndexedSlices are processed.
+        compression: a compressor (see `horovod.tensorflow.Compression`) applied before sending and
+            undone on the results, to shrink the traffic of each worker. Compression.none by
+            default.
+        op: how the ranks' tensors are combined: Sum, Average, Min, Max or Product (Adasum is
+            also accepted for dense tensors; tf.IndexedSlices take Sum or Average only).
+            None means Average.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        name: optional base name of the grouped operation, used to match it across ranks.
+        ignore_name_scope: when True, the enclosing TensorFlow name scope is left out of the
+            names the operations get.
 
     Returns:
-        A list of tensors of the same shape and type as those in `tensors`,
-        reduced across all processes.
+        A list with one result per input, in input order, each with that input's shape and
+        dtype and holding its reduction over the ranks.
 
     Tensors of different dtypes may be mixed (unlike Horovod): each dtype
     becomes its own group.
@@ -243,32 +241,29 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
                   name=None, process_set=global_process_set,
                   ignore_name_scope=False,
                   prescale_factor=1.0, postscale_factor=1.0):
-    """Perform a reducescatter on a tf.Tensor.
-
-    This function performs a bandwidth-optimal reduce and scatter on the input
-    tensor.
+    """Reduce-scatter on a tf.Tensor: the ranks' tensors are reduced and each rank gets back its own
+    block of rows of the result.
 
     Arguments:
-        tensor: tf.Tensor or tf.Variable to reduce.
-                The shape of the input must be identical across all ranks.
-        device_dense: Device to be used for dense tensors.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node.  Defaults to not
-                     using compression.
-        op: The reduction operation to combine tensors across different ranks.
-            Defaults to Average.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        name: A name of the reduce_scatter operation
-        ignore_name_scope: If True, ignores any outer name scope applied by
-                           TensorFlow in the name used by the Horovod operation.
-        prescale_factor: Multiplicative factor to scale tensor before reducescatter.
-        postscale_factor: Multiplicative factor to scale tensor after reducescatter.
+        tensor: the tf.Tensor or tf.Variable to reduce; it must have the same shape on every
+            rank.
+        device_dense: device on which the tensor is processed.
+        compression: a compressor (see `horovod.tensorflow.Compression`) applied before sending and
+            undone on the result, to shrink the traffic of each worker. Compression.none by
+            default.
+        op: how the ranks' tensors are combined: Average (the default) or Sum.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        name: optional name of the operation, used to match it across ranks.
+        ignore_name_scope: when True, the enclosing TensorFlow name scope is left out of the
+            name the operation gets.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced block is multiplied by this afterwards.
 
     Returns:
-        A tensor of the same rank and type as `tensor`, summed across all processes.
-        The shape is identical to the input shape, except for the first dimension,
-        which will be divided across the different Horovod processes.
+        A tensor of `tensor`'s dtype and number of dimensions holding this rank's block of
+        the reduction (an average with the default op); only its first dimension differs
+        from the input's, being this rank's share of it.
     """
     with tf.device(device_dense):
         compressed, ctx = compression.compress(tensor)
@@ -280,28 +275,27 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
 
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Perform grouped reducescatters on a sequence of tf.Tensor.
+    """Reduce-scatter on a sequence of tf.Tensor, as groups: each entry is reduced with the entries at
+    the same position on the other ranks, and each rank gets back its own block of rows of every
+    result.
 
     Arguments:
-        tensors: Sequence of tf.Tensor or tf.Variable to reduce.
-                 The shape must be the same on all Horovod processes
-                 for inputs sharing positions in `tensors`.
-        device_dense: Device to be used for dense tensors.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node.  Defaults to not
-                     using compression.
-        op: The reduction operation to combine tensors across different ranks.
-            Defaults to Average.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        prescale_factor: Multiplicative factor to scale tensors before reducescatter.
-        postscale_factor: Multiplicative factor to scale tensors after reducescatter.
+        tensors: the tf.Tensor or tf.Variable objects to reduce. The entry at a given position
+            must have the same shape on every rank.
+        device_dense: device on which the tensors are processed.
+        compression: a compressor (see `horovod.tensorflow.Compression`) applied before sending and
+            undone on the results, to shrink the traffic of each worker. Compression.none by
+            default.
+        op: how the ranks' tensors are combined: Average (the default) or Sum.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced block is multiplied by this afterwards.
 
     Returns:
-        A list of tensors of the same rank and type as those in `tensors`,
-        reduced across all processes. For each returned tensor the shape is
-        identical to the corresponding input shape, except for the first
-        dimension, which will be divided across the different Horovod processes.
+        A list with one tensor per input, of the input's dtype and number of dimensions,
+        holding this rank's block of the reduction; only the first dimension differs from
+        the input's, being this rank's share of it.
     """
     if not tensors:
         return tensors
@@ -349,13 +343,13 @@ def _grouped_allreduce_cond(tensors, *args, process_set=global_process_set, **kw
 # TF1 (tf.compat.v1 graph mode) helpers
 
 def broadcast_global_variables(root_rank):
-    """Broadcasts all global variables from root rank to all other processes.
+    """Copies the value of every global variable from `root_rank` to all other ranks (graph mode only;
+    under eager execution it raises RuntimeError).
 
     **NOTE:** deprecated in TensorFlow 2.0.
 
     Arguments:
-        root_rank: rank of the process from which global variables will be broadcasted
-                   to all other processes.
+        root_rank: the rank whose variable values are sent to the others.
     """
     if _executing_eagerly():
         raise RuntimeError(
@@ -365,25 +359,23 @@ def broadcast_global_variables(root_rank):
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
-    """
-    SessionRunHook that will broadcast all global variables from root rank
-    to all other processes during initialization.
+    """SessionRunHook that, once the session has been created, copies every global variable from
+    `root_rank` to all other ranks.
 
-    This is necessary to ensure consistent initialization of all workers when
-    training is started with random weights or restored from a checkpoint.
+    This gives all workers the same starting point, whether the weights were initialised
+    randomly or restored from a checkpoint.
 
     **NOTE:** deprecated in TensorFlow 2.0.
     """
 
     def __init__(self, root_rank, device=''):
-        """Construct a new BroadcastGlobalVariablesHook that will broadcast all
-        global variables from root rank to all other processes during initialization.
+        """Creates the hook.
 
         Args:
           root_rank:
-            Rank that will send data, other ranks will receive data.
+            The rank whose values are sent; every other rank receives them.
           device:
-            Device to be used for broadcasting.
+            Device on which the broadcast ops are placed.
         """
         super(BroadcastGlobalVariablesHook, self).__init__()
         self.root_rank = root_rank
@@ -525,21 +517,22 @@ class _WrappedLegacyOptimizer(_LegacyOptimizer):
     """Base of the tf.compat.v1 wrappers: slots and variables are the wrapped optimizer's."""
 
     def get_slot(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
+        """Delegates to the wrapped optimizer's get_slot()."""
         return self._optimizer.get_slot(*args, **kwargs)
 
     def get_slot_names(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
+        """Delegates to the wrapped optimizer's get_slot_names()."""
         return self._optimizer.get_slot_names(*args, **kwargs)
 
     def variables(self, *args, **kwargs):
-        """Calls this same method on the underlying optimizer."""
+        """Delegates to the wrapped optimizer's variables()."""
         return self._optimizer.variables(*args, **kwargs)
 
 
 class _DistributedOptimizer(_WrappedLegacyOptimizer):
-    """An optimizer that wraps another tf.Optimizer, using an allreduce to
-    combine gradient values before applying gradients to model weights."""
+    """Wraps a tf.compat.v1 optimizer so that the gradients it computes are allreduced across the
+    ranks before they are applied to the weights.
+    """
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense='',
                  device_sparse='', compression=Compression.none,
@@ -574,21 +567,21 @@ class _DistributedOptimizer(_WrappedLegacyOptimizer):
                 name=name)
 
     def register_local_var(self, var):
-        """Registers a source/variable as worker local. Horovod will not perform any global
-        operations on gradients corresponding to these sources and will instead return the local
-        gradient."""
+        """Marks `var` as local to this worker: its gradient is never exchanged with the other ranks
+        and the locally computed value is used instead.
+        """
         if self._agg_helper:
             self._agg_helper.register_local_var(var)
         else:
             self._local_vars.add(_var_ref(var))
 
     def compute_gradients(self, *args, **kwargs):
-        """Compute gradients of all trainable variables.
+        """Computes the gradients with the wrapped optimizer (see Optimizer.compute_gradients()) and
+        allreduces them across the ranks before returning them.
 
-        See Optimizer.compute_gradients() for more info.
-
-        In DistributedOptimizer, compute_gradients() is overriden to also
-        allreduce the gradients before returning them.
+        Gradients of variables registered with register_local_var() keep their local value. With
+        backward_passes_per_step > 1, the gradients are accumulated locally and exchanged only on
+        every backward_passes_per_step-th call.
         """
         gradients = self._optimizer.compute_gradients(*args, **kwargs)
         grads, vars = zip(*gradients)
@@ -600,7 +593,9 @@ class _DistributedOptimizer(_WrappedLegacyOptimizer):
         return list(zip(avg_grads, vars))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Calls this same method on the underlying optimizer."""
+        """Delegates to the wrapped optimizer's apply_gradients() (with local accumulation, only every
+        backward_passes_per_step-th call really applies).
+        """
         if self._agg_helper:
             grads_and_vars = list(grads_and_vars)
             return self._agg_helper.apply_gradients(
@@ -686,66 +681,54 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
                          average_aggregated_gradients=False,
                          num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
-    """Construct a new DistributedOptimizer, which uses another optimizer
-    under the hood for computing single-process gradient values and
-    applying gradient updates after the gradient values have been combined
-    across all the Horovod ranks.
+    """Wraps `optimizer` for distributed training: the wrapped optimizer still computes the local
+    gradients and applies the updates, but the gradients are combined across the ranks in between.
 
     Args:
       optimizer:
-        Optimizer to use for computing gradients and applying updates: a
+        The optimizer that computes gradients and applies updates: a
         tf.compat.v1.train.Optimizer, or a Keras optimizer (handed to
         horovod.tensorflow.keras.DistributedOptimizer).
       name:
-        Optional name prefix for the operations created when applying
-        gradients. Defaults to "Distributed" followed by the provided
-        optimizer type.
+        Optional prefix for the names of the ops created when gradients are applied;
+        "Distributed" plus the class name of `optimizer` when not given.
       use_locking:
-        Whether to use locking when updating variables.
-        See Optimizer.__init__ for more info.
+        Whether variable updates take locks (see Optimizer.__init__).
       device_dense:
-        Device to be used for dense tensors.
+        Device on which dense gradients are processed.
       device_sparse:
-        Device to be used for sparse tensors.
+        Device on which sparse gradients are processed.
       compression:
-        Compression algorithm used during allreduce to reduce the amount
-        of data sent during each parameter update step.  Defaults to
-        not using compression.
+        A compressor applied to gradients before they are exchanged, to cut the bytes
+        sent at each update. Compression.none (no compression) by default.
       sparse_as_dense:
-        Treat all sparse gradients as dense tensors.  This can help improve
-        performance and memory utilization if the original sparse gradient
-        has high density.  Defaults to false.
+        When True, sparse gradients are converted to dense tensors before the exchange,
+        which can be faster and leaner when they are not very sparse. False by default.
       backward_passes_per_step:
-        Number of backward passes to perform before calling hvd.allreduce.
-        This allows accumulating updates over multiple mini-batches before
-        reducing and applying them.
+        How many backward passes to accumulate locally before the gradients are
+        allreduced and applied, to combine several mini-batches into one update.
       op:
-        The reduction operation to use when combining gradients across
-        different ranks.
+        The reduction used to combine gradients across the ranks.
       gradient_predivide_factor:
-        If op == Average, gradient_predivide_factor splits the averaging
-        before and after the sum. Gradients are scaled by
-        1.0 / gradient_predivide_factor before the sum and
-        gradient_predivide_factor / size after the sum.
+        Only with op == Average: moves part of the averaging before the sum. Gradients
+        are multiplied by 1.0 / gradient_predivide_factor before summing and by
+        gradient_predivide_factor / size afterwards.
       average_aggregated_gradients:
-        Whether to average the aggregated gradients that have been accumulated
-        over multiple mini-batches. If true divides gradients updates by
-        backward_passes_per_step. Only applicable for backward_passes_per_step > 1.
+        With backward_passes_per_step > 1, whether the accumulated gradients are
+        divided by backward_passes_per_step (averaged over the passes) rather than
+        summed.
       num_groups:
-        Number of groups to assign gradient allreduce ops to for explicit
-        grouping. Defaults to no explicit groups.
+        Deprecated in favour of `groups`: the number of groups the gradient allreduces are
+        split into. 0 (no explicit grouping) by default.
       groups:
-        The parameter to group the gradient allreduce ops. Accept values is a
-        non-negative integer or a list of list of tf.Variable.
-        If groups is a non-negative integer, it is the number of groups to assign
-        gradient allreduce ops to for explicit grouping.
-        If groups is a list of list of tf.Variable. Variables in the same
-        inner list will be assigned to the same group, while parameter that does
-        not appear in any list will form a group itself.
-        Defaults as None, which is no explicit groups.
-      process_set: Gradients will only be reduced over Horovod processes belonging
-        to this process set. Defaults to the global process set.
-      scale_local_gradients: Whether to scale the gradients of local variables. Default is set to True.
+        How gradient allreduces are grouped: None (the default) for no explicit grouping;
+        a positive integer to split them into that many groups; or a list of lists of
+        tf.Variable, where the variables of each inner list are reduced together and every
+        variable not listed is a group of its own.
+      process_set: the ProcessSet over whose ranks the gradients are reduced; the global
+        process set unless given.
+      scale_local_gradients: whether the gradients of variables registered as local are
+        divided by the process set's size, like the averaged ones. True by default.
     """
     groups = _check_common_options(op, gradient_predivide_factor, num_groups, groups)
     if op == Adasum and average_aggregated_gradients:
@@ -795,9 +778,9 @@ class _DistributedGradientTape(object):
         self._local_sources = set()
 
     def register_local_source(self, source):
-        """Registers a source/variable as worker local. Horovod will not perform any global
-        operations on gradients corresponding to these sources and will instead return the local
-        gradient."""
+        """Marks `source` as local to this worker: its gradient is never exchanged with the other ranks
+        and the locally computed value is returned instead.
+        """
         self._local_sources.add(_var_ref(source))
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False, **kwargs):
@@ -850,47 +833,40 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
                             op=Average, gradient_predivide_factor=1.0,
                             num_groups=0, groups=None, process_set=global_process_set,
                             scale_local_gradients=True):
-    """A tape that wraps another tf.GradientTape, using an allreduce to
-    combine gradient values before applying gradients to model weights.
+    """Wraps a tf.GradientTape so that the gradients it computes are allreduced across the ranks
+    before they are returned, ready to be applied to the weights.
 
     Args:
       gradtape:
-        GradientTape to use for computing gradients and applying updates.
+        The tf.GradientTape that records the computation and computes the gradients.
       device_dense:
-        Device to be used for dense tensors.
+        Device on which dense gradients are processed.
       device_sparse:
-        Device to be used for sparse tensors.
+        Device on which sparse gradients are processed.
       compression:
-        Compression algorithm used during allreduce to reduce the amount
-        of data sent during each parameter update step.  Defaults to
-        not using compression.
+        A compressor applied to gradients before they are exchanged, to cut the bytes
+        sent at each update. Compression.none (no compression) by default.
       sparse_as_dense:
-        Treat all sparse gradients as dense tensors.  This can help improve
-        performance and memory utilization if the original sparse gradient
-        has high density.  Defaults to false.
+        When True, sparse gradients are converted to dense tensors before the exchange,
+        which can be faster and leaner when they are not very sparse. False by default.
       op:
-        The reduction operation to use when combining gradients across
-        different ranks.
+        The reduction used to combine gradients across the ranks.
       gradient_predivide_factor:
-        If op == Average, gradient_predivide_factor splits the averaging
-        before and after the sum. Gradients are scaled by
-        1.0 / gradient_predivide_factor before the sum and
-        gradient_predivide_factor / size after the sum.
+        Only with op == Average: moves part of the averaging before the sum. Gradients
+        are multiplied by 1.0 / gradient_predivide_factor before summing and by
+        gradient_predivide_factor / size afterwards.
       num_groups:
-        Number of groups to assign gradient allreduce ops to for explicit
-        grouping. Defaults to no explicit groups.
+        Deprecated in favour of `groups`: the number of groups the gradient allreduces are
+        split into. 0 (no explicit grouping) by default.
       groups:
-        The parameter to group the gradient allreduce ops. Accept values is a
-        non-negative integer or a list of list of tf.Variable.
-        If groups is a non-negative integer, it is the number of groups to assign
-        gradient allreduce ops to for explicit grouping.
-        If groups is a list of list of tf.Variable. Variables in the same
-        inner list will be assigned to the same group, while parameter that does
-        not appear in any list will form a group itself.
-        Defaults as None, which is no explicit groups.
-      process_set: Gradients will only be reduced over Horovod processes belonging
-        to this process set. Defaults to the global process set.
-      scale_local_gradients: Whether to scale the gradients of local variables. Default is set to True.
+        How gradient allreduces are grouped: None (the default) for no explicit grouping;
+        a positive integer to split them into that many groups; or a list of lists of
+        tf.Variable, where the variables of each inner list are reduced together and every
+        variable not listed is a group of its own.
+      process_set: the ProcessSet over whose ranks the gradients are reduced; the global
+        process set unless given.
+      scale_local_gradients: whether the gradients of sources registered as local are
+        divided by the process set's size, like the averaged ones. True by default.
     """
     groups = _check_common_options(op, gradient_predivide_factor, num_groups, groups)
     cls = _distributed_tape_class(type(gradtape))
@@ -909,21 +885,18 @@ def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
                                    op=Average, gradient_predivide_factor=1.0,
                                    num_groups=0, groups=None, process_set=global_process_set,
                                    local_layers=None, scale_local_gradients=True):
-    """A tape that wraps another tf.GradientTape, using an allreduce to
-    combine gradient values before applying gradients to model weights similar to
-    DistributedGradientTape execpt it skips allreducing gradients of the local layers
-    passed in local_layers parameter.
+    """Like DistributedGradientTape, but the gradients of the layers in `local_layers` are not
+    exchanged: they stay local to each rank and are applied as computed there.
 
     Args:
       gradtape:
-        GradientTape to use for computing gradients and applying updates.
+        The tf.GradientTape that records the computation and computes the gradients.
       local_layers:
-        A collection of type tf.keras.layers.Layer local layers that their gradients need not
-        to be synced accross ranks and is kept and applied locally.
-        If not provided, the functionality of PartialDistributedGradientTape is
-        identical to DistributedGradientTape.
+        A tf.keras.layers.Layer, or a collection of them, whose trainable weights keep
+        rank-local gradients. Without it the tape behaves exactly like
+        DistributedGradientTape.
 
-    The rest of the arguments are similar to those of DistributedGradientTape.
+    All other arguments mean what they mean for DistributedGradientTape.
     """
     if local_layers is None:
         local_layers = []

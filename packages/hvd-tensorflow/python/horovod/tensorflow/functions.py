@@ -32,23 +32,23 @@ def _broadcast_group_in_function(variables, root_rank, process_set):
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
-    """
-    Broadcasts variables from root rank to all other processes
-    in a process set (defaults to all Horovod processes).
+    """Gives every rank of the process set (all ranks by default) the values that `root_rank`
+    holds in `variables`.
 
-    Optionally, the broadcast may be performed in-place, which avoids
-    temporary memory allocations and fragmentation. This is only
-    supported with TensorFlow 2.6 or later. Reference variables
-    (legacy support in TF 2) must all be of the same data type. There
-    is no such restriction for resource variables (default in TF 2).
+    With `inplace=True` the broadcast writes straight into the variables' own buffers, sparing
+    the temporary copies (and the memory fragmentation they cause); variables are then sent in
+    one operation per device and dtype, so mixed dtypes are fine.
 
     Arguments:
-        variables: variables for broadcast
-        root_rank: rank of the process from which global variables will be broadcasted
-                   to all other processes.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
-        inplace: whether to perform in-place broadcasts
+        variables: the variables to overwrite with the root's values.
+        root_rank: the rank whose values are sent to the others.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        inplace: whether to broadcast into the variables in place.
+
+    Returns:
+        In tf.compat.v1 graph mode, the op that performs the broadcast; when executing
+        eagerly the variables are updated at once and nothing useful is returned.
     """
     # Keras 3 variables are not tf.Variables; broadcast into the ones they hold.
     variables = [_as_tf_variable(v) for v in variables]
@@ -92,21 +92,21 @@ def _serialize(obj):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """
-    Serializes and broadcasts an object from root rank to all other processes
-    in a process set (defaults to all Horovod processes).
+    """Sends a picklable Python object from `root_rank` to every rank of the process set (all ranks
+    by default) and returns it there.
 
     Arguments:
-        obj: An object capable of being serialized without losing any context.
-        root_rank: The rank of the process from which parameters will be
-                   broadcasted to all other processes.
-        session: Session for TensorFlow v1 compatibility.
-        name: Optional name to use during broadcast, will default to the class
-              type.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        obj: the object to send; it must survive a pickle round trip (cloudpickle is used
+            when installed). Only the root's value matters.
+        root_rank: the rank whose object is sent to the others.
+        session: in tf.compat.v1 graph mode, the session that runs the broadcast (the
+            default session when omitted).
+        name: optional name of the broadcast; "broadcast_object" unless given. It must be
+            the same on every rank.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
     Returns:
-        The object that was broadcast from the `root_rank`.
+        The root rank's object (on the root, `obj` itself).
     """
     # A fixed default name (not the object's type, as in Horovod): non-root
     # ranks often pass a placeholder such as None, and differing names would
@@ -127,24 +127,22 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
-    """
-    Returns a function that serializes and broadcasts an object from root rank
-    to all other processes in a process set (defaults to all Horovod processes).
+    """Builds a reusable function that sends a picklable Python object from `root_rank` to every
+    rank of the process set (all ranks by default).
 
     The graph (placeholders and broadcast ops) is built once, here, so calling
     the returned function repeatedly in TF1 graph mode does not grow the graph.
 
     Arguments:
-        root_rank: The rank of the process from which parameters will be
-                   broadcasted to all other processes.
-        session: Session for TensorFlow v1 compatibility.
-        name: Optional name to use during broadcast, will default to the class
-              type.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        root_rank: the rank whose object is sent to the others.
+        session: in tf.compat.v1 graph mode, the session that runs the broadcast (the
+            default session when omitted).
+        name: optional name of the broadcast; "broadcast_object_fn" unless given. It must be
+            the same on every rank.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
     Returns:
-        A function that takes the object to broadcast and returns the
-        object that was broadcast from the `root_rank`.
+        A function of one argument, the object, that returns the root rank's object.
     """
     name = name or "broadcast_object_fn"
     if _executing_eagerly():
@@ -168,19 +166,21 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """
-    Serializes and allgathers an object from all other processes.
+    """Collects a picklable Python object from every rank of the process set (all ranks by
+    default).
 
     Arguments:
-        obj: An object capable of being serialized without losing any context.
-        session: Session for TensorFlow v1 compatibility.
-        name: Optional name to use during allgather, will default to the class
-              type.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        obj: this rank's object; it must survive a pickle round trip (cloudpickle is used
+            when installed).
+        session: in tf.compat.v1 graph mode, the session that runs the allgather (the
+            default session when omitted).
+        name: optional name of the allgather; "allgather_object" unless given. It must be
+            the same on every rank.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        The list of objects that were allgathered across all ranks.
+        A list of the ranks' objects, in rank order.
     """
     name = name or "allgather_object"
     payload = _serialize(obj)

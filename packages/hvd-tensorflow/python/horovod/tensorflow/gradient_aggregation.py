@@ -53,10 +53,9 @@ def reduce_except_local(allreduce_func, grads, vars, local_refs, process_set, sc
 
 
 class LocalGradientAggregationHelper:
-    """
-    LocalGradientAggregationHelper aggregates gradient updates locally,
-    and communicates the updates across machines only once every
-    backward_passes_per_step. Only supports graph mode execution.
+    """Accumulates gradients locally for backward_passes_per_step passes and exchanges them across
+    the ranks once, on the last pass of each window. For graph-mode (tf.compat.v1) execution only;
+    LocalGradientAggregationHelperEager covers eager code.
     """
 
     _OPTIMIZER_TYPE_KERAS = "optimizer_type_keras"
@@ -80,9 +79,9 @@ class LocalGradientAggregationHelper:
         self._local_vars = set()
 
     def register_local_var(self, var):
-        """Registers a source/variable as worker local. Horovod will not perform any global
-        operations on gradients corresponding to these sources and will instead return the local
-        gradient."""
+        """Marks `var` as local to this worker: its accumulated gradient is never exchanged with the
+        other ranks and keeps its local value.
+        """
         self._local_vars.add(_var_ref(var))
 
     def _maybe_convert_grad(self, grad):
@@ -117,10 +116,9 @@ class LocalGradientAggregationHelper:
             session.run(tf.compat.v1.variables_initializer([self.counter] + self.locally_aggregated_grads))
 
     def compute_gradients(self, grads, vars):
-        """
-        Applies the new gradient updates the locally aggregated gradients, and
-        performs cross-machine communication every backward_passes_per_step
-        times it is called.
+        """Adds `grads` to the local sums. On every backward_passes_per_step-th call the sums are
+        allreduced (and divided by backward_passes_per_step when average_aggregated_gradients is
+        set), returned, and reset; on the other calls the local sums so far are returned.
         """
         grads = [self._maybe_convert_grad(g) for g in grads]
         vars = list(vars)
@@ -161,9 +159,9 @@ class LocalGradientAggregationHelper:
         return result
 
     def apply_gradients(self, apply_grads_closure, optimizer, *args, **kwargs):
-        """
-        Apply updates every backward_passes_per_step, which lines up with
-        the batches on which we communicated the locally aggregated gradients.
+        """Runs `apply_grads_closure` only on the passes whose gradients were just exchanged; on the
+        others it merely advances global_step and the optimizer's iterations, as an applied step
+        would.
         """
         grads_and_vars = list(args[0]) if args else list(kwargs.get("grads_and_vars", []))
         global_step = kwargs.get("global_step")

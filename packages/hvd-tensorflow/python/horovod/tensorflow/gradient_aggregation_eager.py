@@ -14,10 +14,9 @@ __all__ = ["LocalGradientAggregationHelperEager"]
 
 
 class LocalGradientAggregationHelperEager:
-    """
-    LocalGradientAggregationHelperEager aggregates gradient updates
-    locally, and communicates the updates across machines only once
-    every backward_passes_per_step. Only supports eager execution.
+    """Accumulates gradients locally for backward_passes_per_step passes and exchanges them across
+    the ranks once, on the last pass of each window. For eager execution (including tf.function
+    code such as Keras' train_step); graph-mode code uses LocalGradientAggregationHelper.
     """
 
     def __init__(self, backward_passes_per_step, allreduce_func, sparse_as_dense, average_aggregated_gradients,
@@ -37,9 +36,9 @@ class LocalGradientAggregationHelperEager:
         self._local_vars = set()
 
     def register_local_var(self, var):
-        """Registers a source/variable as worker local. Horovod will not perform any global
-        operations on gradients corresponding to these sources and will instead return the local
-        gradient."""
+        """Marks `var` as local to this worker: its accumulated gradient is never exchanged with the
+        other ranks and keeps its local value.
+        """
         self._local_vars.add(_var_ref(var))
 
     def _convert(self, grad):

@@ -25,24 +25,24 @@ class _FrameworkCast(CastCompressor):
 
 
 class FP16Compressor(_FrameworkCast):
-    """Compress all floating point gradients to 16-bit."""
+    """Sends floating-point tensors as float16 and casts the result back to their own dtype."""
     wire_dtype = torch.float16
 
 
 class BF16Compressor(_FrameworkCast):
-    """Compress all floating point gradients to bfloat16 (16-bit, float32's exponent
+    """Sends floating-point tensors as bfloat16 (16-bit, float32's exponent
     range, so large gradients do not overflow as they can with fp16)."""
     wire_dtype = torch.bfloat16
 
 
 class Compression(object):
-    """Optional gradient compression algorithm used during allreduce."""
+    """The compressors that can be passed as `compression=` to the allreduce-based APIs."""
 
-    """Do not compress the gradients. This is the default."""
+    """No compression: tensors travel in their own dtype (the default)."""
     none = NoneCompressor
 
-    """Compress all floating point gradients to 16-bit."""
+    """Floating-point tensors travel as float16."""
     fp16 = FP16Compressor
 
-    """Compress all floating point gradients to bfloat16."""
+    """Floating-point tensors travel as bfloat16."""
     bf16 = BF16Compressor

@@ -22,19 +22,17 @@ __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_objec
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
-    """
-    Broadcasts the parameters from root rank to all other processes.
-    Typical usage is to broadcast the ``model.state_dict()``,
-    ``model.named_parameters()``, or ``model.parameters()``.
+    """Overwrites the given tensors on every rank with `root_rank`'s values, for instance to start
+    all replicas from the same ``model.state_dict()`` or the same parameters.
 
     Arguments:
-        params: One of the following:
-            - list of parameters to broadcast
-            - dict of parameters to broadcast
-        root_rank: The rank of the process from which parameters will be
-                   broadcasted to all other processes.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        params: either a dict from names to tensors (such as ``model.state_dict()``), or a
+            list of tensors or of (name, tensor) pairs (such as
+            ``list(model.named_parameters())`` or ``list(model.parameters())``). Anything else
+            raises ValueError.
+        root_rank: the rank whose values are sent to the others.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
     """
     if isinstance(params, dict):
         # Sorted so every rank submits the same names whatever its dict order.
@@ -58,15 +56,15 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
-    """
-    Broadcasts an optimizer state from root rank to all other processes.
+    """Makes the optimizer's state (its per-parameter tensors and scalars, and the options of its
+    parameter groups) on every rank equal to that of `root_rank`.
 
     Arguments:
-        optimizer: An optimizer.
-        root_rank: The rank of the process from which the optimizer will be
-                   broadcasted to all other processes.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        optimizer: the torch.optim optimizer whose state is synchronized (LBFGS is not
+            supported and raises ValueError).
+        root_rank: the rank whose optimizer state is sent to the others.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         # LBFGS keeps its history in lists of tensors of varying length.
@@ -155,26 +153,25 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """
-    Serializes and broadcasts an object from root rank to all other processes.
-    Typical usage is to broadcast the `optimizer.state_dict()`, for example:
+    """Sends a picklable Python object from `root_rank` to every rank of the process set and returns
+    it there. A common use is sharing ``optimizer.state_dict()``:
 
     .. code-block:: python
 
-        state_dict = broadcast_object(optimizer.state_dict(), 0)
-        if hvd.rank() > 0:
-            optimizer.load_state_dict(state_dict)
+        state = broadcast_object(optimizer.state_dict(), root_rank=0)
+        if hvd.rank() != 0:
+            optimizer.load_state_dict(state)
 
     Arguments:
-        obj: An object capable of being serialized without losing any context.
-        root_rank: The rank of the process from which parameters will be
-                   broadcasted to all other processes.
-        name: Optional name to use during broadcast, will default to the class
-              type.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        obj: the object to send; it must survive a pickle round trip (cloudpickle is used
+            when installed). Only the root's value matters.
+        root_rank: the rank whose object is sent to the others.
+        name: optional name of the broadcast; "broadcast_object" unless given. It must be
+            the same on every rank.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
     Returns:
-        The object that was broadcast from the `root_rank`.
+        The root rank's object (on the root, `obj` itself).
     """
     # A fixed default name (not the object's type, as in Horovod): non-root
     # ranks often pass None, and differing names would never match up.
@@ -195,18 +192,18 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """
-    Serializes and allgathers an object from all other processes.
+    """Collects a picklable Python object from every rank of the process set.
 
     Arguments:
-        obj: An object capable of being serialized without losing any context.
-        name: Optional name to use during allgather, will default to the class
-              type.
-        process_set: Process set object to limit this operation to a subset of
-                     Horovod processes. Default is the global process set.
+        obj: this rank's object; it must survive a pickle round trip (cloudpickle is used
+            when installed).
+        name: optional name of the allgather; "allgather_object" unless given. It must be
+            the same on every rank.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        The list of objects that were allgathered across all ranks.
+        A list of the ranks' objects, in rank order.
     """
     name = name or "allgather_object"
     buf = io.BytesIO()

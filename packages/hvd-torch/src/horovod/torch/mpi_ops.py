@@ -188,32 +188,31 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    """A function that performs asynchronous averaging or summation of the input tensor
-    over all the Horovod processes. The input tensor is not modified.
+    """Starts a reduction (average by default, or sum, min, ...) of `tensor` across all ranks without waiting.
+    The result goes to a new tensor; `tensor` itself is left untouched.
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
     Arguments:
-        tensor: A tensor to reduce.
+        tensor: the tensor to reduce.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A name of the reduction operation.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional name under which the ranks match this operation.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the allreduce operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the
+        reduced tensor.
     """
     op = handle_average_backwards_compatibility(op, average)
     output = torch.empty_like(tensor) if isinstance(tensor, torch.Tensor) else None
@@ -230,7 +229,7 @@ def _allreduce_grad(grad, op, prescale_factor, postscale_factor, process_set):
 
 
 class HorovodAllreduce(torch.autograd.Function):
-    """An autograd function that performs allreduce on a tensor."""
+    """Autograd function behind `allreduce()` for inputs that require gradients."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -248,39 +247,37 @@ class HorovodAllreduce(torch.autograd.Function):
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
-    """A function that performs averaging or summation of the input tensor over all the
-    Horovod processes. The input tensor is not modified.
+    """Reduces `tensor` across all ranks (average by default, or sum, min, ...) and returns the result
+    as a new tensor; `tensor` itself is left untouched.
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
-    This acts as a thin wrapper around an autograd function.  If your input
-    tensor requires gradients, then callings this function will allow gradients
-    to be computed and backpropagated.
+    When `tensor` requires gradients the call goes through an autograd function, so the result is part
+    of the graph and gradients flow back through the reduction.
 
     Arguments:
-        tensor: A tensor to reduce.
+        tensor: the tensor to reduce.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A name of the reduction operation.
-        compression: Compression algorithm used during allreduce to reduce the amount
-                     of data sent during the each parameter update step.  Defaults to
-                     not using compression.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional name under which the ranks match this operation.
+        compression: a compressor (see `horovod.torch.Compression`) applied to the tensor before
+            it is sent and undone on the result, to cut the bytes exchanged. Compression.none
+            (no compression) by default.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A tensor of the same shape and type as `tensor`, averaged or summed across all
-        processes.
+        A new tensor with the shape and dtype of `tensor`, holding the reduction over
+        the ranks.
     """
     op = handle_average_backwards_compatibility(op, average)
     tensor_compressed, ctx = compression.compress(tensor)
@@ -298,32 +295,31 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
-    """A function that performs asynchronous in-place averaging or summation of the input
-    tensor over all the Horovod processes.
+    """Starts an in-place reduction (average by default, or sum, min, ...) of `tensor` across all ranks
+    without waiting; once synchronized, `tensor` holds the result.
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
     Arguments:
-        tensor: A tensor to reduce.
+        tensor: the tensor to reduce; it is overwritten with the result.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A name of the reduction operation.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional name under which the ranks match this operation.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the allreduce operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns
+        `tensor`, now reduced.
     """
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async([tensor], [tensor], name, op, prescale_factor, postscale_factor, process_set,
@@ -332,32 +328,29 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
-    """A function that performs in-place averaging or summation of the input tensor over
-    all the Horovod processes.
+    """Reduces `tensor` across all ranks in place (average by default, or sum, min, ...).
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
     Arguments:
-        tensor: A tensor to reduce.
+        tensor: the tensor to reduce; it is overwritten with the result.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A name of the reduction operation.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional name under which the ranks match this operation.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A tensor of the same shape and type as `tensor`, averaged or summed across all
-        processes.
+        `tensor` itself, now holding the reduction over the ranks.
     """
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, _process_set_id(process_set),
@@ -366,34 +359,32 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    """A function that performs asynchronous averaging or summation of the input tensor
-    list over all the Horovod processes. The input tensors are not modified.
+    """Starts a reduction (average by default, or sum, min, ...) of a list of tensors across all ranks
+    without waiting, as one group. The results go to new tensors; the inputs are left untouched.
 
-    The reduction operations are keyed by the base name. If a base name is not
-    provided, an incremented auto-generated base name is used. Reductions are
-    performed across tensors in the same list position. The tensor type and
-    shape must be the same on all Horovod processes for tensors sharing
-    positions in the input tensor list. The reduction will not start until all
-    processes are ready to send and receive the tensors.
+    Each list entry is reduced with the entry at the same position on the other ranks, and those must
+    agree in dtype and shape. `name` is the base from which the entries' names are derived (a
+    counter-based one is generated when it is omitted); the exchange begins once every rank has
+    submitted the whole group.
 
     Arguments:
-        tensors: A list of tensors to reduce.
+        tensors: the list of tensors to reduce.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A base name to use for the group reduction operation.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensors before allreduce.
-        postscale_factor: Multiplicative factor to scale tensors after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional base name under which the ranks match this group.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the group allreduce operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the list
+        of reduced tensors.
     """
     op = handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
@@ -403,7 +394,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
-    """An autograd function that performs allreduce on a list of tensors."""
+    """Autograd function behind `grouped_allreduce()`: reduces a list of tensors as one group."""
 
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
@@ -428,41 +419,38 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """A function that performs averaging or summation of the input tensor
-    list over all the Horovod processes. The input tensors are not modified.
+    """Reduces a list of tensors across all ranks as one group (average by default, or sum, min, ...)
+    and returns the results as new tensors; the inputs are left untouched.
 
-    The reduction operations are keyed by the base name. If a base name is not
-    provided, an incremented auto-generated base name is used. Reductions are
-    performed across tensors in the same list position. The tensor type and
-    shape must be the same on all Horovod processes for tensors sharing
-    positions in the input tensor list. The reduction will not start until all
-    processes are ready to send and receive the tensors.
+    Each list entry is reduced with the entry at the same position on the other ranks, and those must
+    agree in dtype and shape. `name` is the base from which the entries' names are derived (a
+    counter-based one is generated when it is omitted); the exchange begins once every rank has
+    submitted the whole group.
 
-    This acts as a thin wrapper around an autograd function.  If your input
-    tensors require gradients, then calling this function will allow gradients
-    to be computed and backpropagated.
+    The call goes through an autograd function, so for inputs that require gradients the results are
+    part of the graph and gradients flow back through the reduction.
 
     Arguments:
-        tensors: A list of tensors to reduce.
+        tensors: the list of tensors to reduce.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A base name to use for the group reduction operation.
-        compression: Compression algorithm used during allreduce to reduce the amount
-                     of data sent during the each parameter update step.  Defaults to
-                     not using compression.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensors before allreduce.
-        postscale_factor: Multiplicative factor to scale tensors after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional base name under which the ranks match this group.
+        compression: a compressor (see `horovod.torch.Compression`) applied to each tensor before
+            it is sent and undone on its result, to cut the bytes exchanged. Compression.none
+            (no compression) by default.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A list containing tensors of the same shape and type as in `tensors`,
-        averaged or summed across all processes.
+        A list of new tensors, one per input and with its shape and dtype, holding the
+        reductions over the ranks.
     """
     op = handle_average_backwards_compatibility(op, average)
     compressed = [compression.compress(t) for t in tensors]
@@ -473,34 +461,32 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    """A function that performs asynchronous in-place averaging or summation of the input
-    tensors over all the Horovod processes.
+    """Starts an in-place reduction (average by default, or sum, min, ...) of a list of tensors across
+    all ranks without waiting, as one group; once synchronized, each tensor holds its result.
 
-    The reduction operations are keyed by the base name. If a base name is not
-    provided, an incremented auto-generated base name is used. Reductions are
-    performed across tensors in the same list position. The tensor type and
-    shape must be the same on all Horovod processes for tensors sharing
-    positions in the input tensor list. The reduction will not start until all
-    processes are ready to send and receive the tensors.
+    Each list entry is reduced with the entry at the same position on the other ranks, and those must
+    agree in dtype and shape. `name` is the base from which the entries' names are derived (a
+    counter-based one is generated when it is omitted); the exchange begins once every rank has
+    submitted the whole group.
 
     Arguments:
-        tensors: A list of tensors to reduce.
+        tensors: the list of tensors to reduce; each is overwritten with its result.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A base name to use for the group reduction operation.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensors before allreduce.
-        postscale_factor: Multiplicative factor to scale tensors after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional base name under which the ranks match this group.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the group allreduce operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the list
+        of input tensors, now reduced.
     """
     op = handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
@@ -510,34 +496,31 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
-    """A function that performs in-place averaging or summation of the input tensors over
-    all the Horovod processes.
+    """Reduces a list of tensors across all ranks in place, as one group (average by default, or sum,
+    min, ...).
 
-    The reduction operations are keyed by the base name. If a base name is not
-    provided, an incremented auto-generated base name is used. Reductions are
-    performed across tensors in the same list position. The tensor type and
-    shape must be the same on all Horovod processes for tensors sharing
-    positions in the input tensor list. The reduction will not start until all
-    processes are ready to send and receive the tensors.
+    Each list entry is reduced with the entry at the same position on the other ranks, and those must
+    agree in dtype and shape. `name` is the base from which the entries' names are derived (a
+    counter-based one is generated when it is omitted); the exchange begins once every rank has
+    submitted the whole group.
 
     Arguments:
-        tensors: A list of tensors to reduce.
+        tensors: the list of tensors to reduce; each is overwritten with its result.
         average:
             .. warning:: .. deprecated:: 0.19.0
 
-                Use `op` instead. Will be removed in v1.0.
+                Superseded by `op`; slated for removal in v1.0.
 
-        name: A base name to use for the group reduction operation.
-        op: The reduction operation to combine tensors across different ranks. Defaults
-            to Average if None is given.
-        prescale_factor: Multiplicative factor to scale tensors before allreduce.
-        postscale_factor: Multiplicative factor to scale tensors after allreduce.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        name: optional base name under which the ranks match this group.
+        op: how the ranks' tensors are combined (Average, Sum, Min, Max, Product, Adasum).
+            None means Average.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced result is multiplied by this afterwards.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A list containing tensors of the same shape and type as in `tensors`,
-        averaged or summed across all processes.
+        The list of input tensors, now holding the reductions over the ranks.
     """
     op = handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
@@ -572,18 +555,18 @@ class _SparseAllreduceHandle:
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """A function that performs asynchronous summation or averaging of a sparse tensor
-    over all the Horovod processes by allgathering its values and indices.
+    """Starts a sum or average of a sparse COO tensor across all ranks without waiting; the values and
+    indices of every rank are allgathered and combined into one sparse tensor.
 
     Arguments:
-        tensor: A sparse COO tensor to reduce.
-        name: A name of the reduction operation.
-        op: The reduction operation, Average or Sum.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the sparse COO tensor to reduce.
+        name: optional name from which the names of the two allgathers are derived.
+        op: Average or Sum; any other operation raises ValueError.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle that can be used with `synchronize()` (or called) to get the
+        A handle; passing it to `synchronize()` (or calling it) waits and returns the
         reduced sparse tensor.
     """
     if op not in (Average, Sum):
@@ -641,22 +624,21 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    """A function that asynchronously concatenates the input tensor with the same input
-    tensor on all other Horovod processes. The input tensor is not modified.
+    """Starts gathering `tensor` from all ranks without waiting; the result is the ranks' tensors
+    stacked along the first dimension, in rank order. `tensor` itself is left untouched.
 
-    The concatenation is done on the first dimension, so the input tensors on the
-    different processes must have the same rank and shape, except for the first
-    dimension, which is allowed to be different.
+    The ranks' tensors may differ in their first dimension only: the number of dimensions and the
+    remaining sizes must match.
 
     Arguments:
-        tensor: A tensor to allgather.
-        name: A name of the allgather operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor to gather.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the allgather operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the
+        gathered tensor.
     """
     return _gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True)
 
@@ -677,7 +659,7 @@ def _allgather_grad(grad_output, dim0, process_set):
 
 
 class HorovodAllgather(torch.autograd.Function):
-    """An autograd function that performs allgather on a tensor."""
+    """Autograd function behind `allgather()` for inputs that require gradients."""
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
@@ -691,28 +673,24 @@ class HorovodAllgather(torch.autograd.Function):
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """A function that concatenates the input tensor with the same input tensor on
-    all other Horovod processes. The input tensor is not modified.
+    """Gathers `tensor` from all ranks and returns the ranks' tensors stacked along the first dimension,
+    in rank order, as a new tensor. `tensor` itself is left untouched.
 
-    The concatenation is done on the first dimension, so the input tensors on the
-    different processes must have the same rank and shape, except for the first
-    dimension, which is allowed to be different.
+    The ranks' tensors may differ in their first dimension only: the number of dimensions and the
+    remaining sizes must match.
 
-    This acts as a thin wrapper around an autograd function.  If your input
-    tensor requires gradients, then callings this function will allow gradients
-    to be computed and backpropagated.
+    When `tensor` requires gradients the call goes through an autograd function, so the result is part
+    of the graph and gradients flow back through the gather.
 
     Arguments:
-        tensor: A tensor to allgather.
-        name: A name of the allgather operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor to gather.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A tensor of the same type as `tensor`, concatenated on dimension zero
-        across all processes. The shape is identical to the input shape, except for
-        the first dimension, which may be greater and is the sum of all first
-        dimensions of the tensors in different Horovod processes.
+        A tensor of `tensor`'s dtype whose first dimension is the sum of the ranks' first
+        dimensions; the other dimensions are those of `tensor`.
     """
     if _compiling():
         return torch.ops.hvd.allgather(tensor, name or "", _process_set_id(process_set))
@@ -722,29 +700,28 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """A function that asynchronously concatenates each input tensor with the corresponding
-    input tensor on every other Horovod process for a list of input tensors. The input
-    tensors are not modified.
+    """Starts gathering a list of tensors from all ranks without waiting, as one group: each entry is
+    stacked along the first dimension with the entries at the same position on the other ranks. The
+    inputs are left untouched.
 
-    The concatenation is done on the first dimension, so the corresponding input tensors
-    on the different processes must have the same rank and shape, except for the first
-    dimension, which is allowed to be different.
+    Entries at the same position may differ in their first dimension only: the number of dimensions
+    and the remaining sizes must match.
 
     Arguments:
-        tensors: A list of tensors to allgather.
-        name: A base name to use for the group allgather operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensors: the list of tensors to gather.
+        name: optional base name under which the ranks match this group.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the group allgather operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the list
+        of gathered tensors.
     """
     return _gather_like_async(c_api.ALLGATHER, "grouped_allgather", list(tensors), name, process_set, False)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
-    """An autograd function that performs allgather on a list of tensors."""
+    """Autograd function behind `grouped_allgather()`: gathers a list of tensors as one group."""
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
@@ -760,26 +737,23 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """A function that concatenates each input tensor with the corresponding input tensor
-    on every other Horovod process for a list of input tensors. The input tensors are not
-    modified.
+    """Gathers a list of tensors from all ranks as one group: each entry is stacked along the first
+    dimension, in rank order, with the entries at the same position on the other ranks. The inputs
+    are left untouched.
 
-    The concatenation is done on the first dimension, so the corresponding input tensors
-    on the different processes must have the same rank and shape, except for the first
-    dimension, which is allowed to be different.
+    Entries at the same position may differ in their first dimension only: the number of dimensions
+    and the remaining sizes must match.
 
     Arguments:
-        tensors: A list of tensors to allgather.
-        name: A base name to use for the group allgather operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensors: the list of tensors to gather.
+        name: optional base name under which the ranks match this group.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A list containing tensors of the same type as in `tensors`. Each tensor is
-        concatenated on dimension zero across all processes. Its shape is identical to
-        the corresponding input shape, except for the first dimension, which may be
-        greater and is the sum of all first dimensions of the corresponding tensor in
-        different Horovod processes.
+        A list with one new tensor per input, of the input's dtype; its first dimension is
+        the sum of the matching entries' first dimensions over the ranks, and its other
+        dimensions are the input's.
     """
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
@@ -821,24 +795,23 @@ def _broadcast_now(tensor, root_rank, name, process_set_id, output=None):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    """A function that asynchronously broadcasts the input tensor on root rank to the same
-    input tensor on all other Horovod processes. The input tensor is not modified.
+    """Starts copying `tensor` from `root_rank` to all ranks without waiting; the result goes to a new
+    tensor and `tensor` itself is left untouched.
 
-    The broadcast operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The broadcast will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
     Arguments:
-        tensor: A tensor to broadcast.
-        root_rank: The rank to broadcast the value from.
-        name: A name of the broadcast operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor to broadcast (its value matters on the root only).
+        root_rank: the rank whose tensor is sent to the others.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the broadcast operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the
+        broadcast tensor.
     """
     output = torch.empty_like(tensor) if isinstance(tensor, torch.Tensor) else None
     return _broadcast_async(tensor, output, root_rank, name, process_set)
@@ -854,7 +827,7 @@ def _broadcast_grad(grad_output, root_rank, process_set):
 
 
 class HorovodBroadcast(torch.autograd.Function):
-    """An autograd function that broadcasts a tensor."""
+    """Autograd function behind `broadcast()` for inputs that require gradients."""
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
@@ -868,28 +841,25 @@ class HorovodBroadcast(torch.autograd.Function):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """A function that broadcasts the input tensor on root rank to the same input tensor
-    on all other Horovod processes. The input tensor is not modified.
+    """Copies `tensor` from `root_rank` to all ranks and returns the root's value as a new tensor;
+    `tensor` itself is left untouched.
 
-    The broadcast operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The broadcast will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
-    This acts as a thin wrapper around an autograd function.  If your input
-    tensor requires gradients, then callings this function will allow gradients
-    to be computed and backpropagated.
+    When `tensor` requires gradients the call goes through an autograd function, so the result is part
+    of the graph and gradients flow back to the root's input.
 
     Arguments:
-        tensor: A tensor to broadcast.
-        root_rank: The rank to broadcast the value from.
-        name: A name of the broadcast operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor to broadcast (its value matters on the root only).
+        root_rank: the rank whose tensor is sent to the others.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A tensor of the same shape and type as `tensor`, with the value broadcasted
-        from root rank.
+        A new tensor with the shape and dtype of `tensor`, holding the root rank's value.
     """
     if _compiling():
         return torch.ops.hvd.broadcast(tensor, root_rank, name or "", _process_set_id(process_set))
@@ -899,47 +869,42 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    """A function that asynchronously broadcasts the input tensor on root rank to the same
-    input tensor on all other Horovod processes. The operation is performed in-place.
+    """Starts copying `tensor` from `root_rank` into the same tensor on all other ranks, in place and
+    without waiting.
 
-    The broadcast operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The broadcast will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
     Arguments:
-        tensor: A tensor to broadcast.
-        root_rank: The rank to broadcast the value from.
-        name: A name of the broadcast operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor to broadcast; on the other ranks it is overwritten with the root's value.
+        root_rank: the rank whose tensor is sent to the others.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the broadcast operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns `tensor`.
     """
     return _broadcast_async(tensor, tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    """A function that broadcasts the input tensor on root rank to the same input tensor
-    on all other Horovod processes. The operation is performed in-place.
+    """Copies `tensor` from `root_rank` into the same tensor on all other ranks, in place.
 
-    The broadcast operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The broadcast will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
     Arguments:
-        tensor: A tensor to broadcast.
-        root_rank: The rank to broadcast the value from.
-        name: A name of the broadcast operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor to broadcast; on the other ranks it is overwritten with the root's value.
+        root_rank: the rank whose tensor is sent to the others.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A tensor of the same shape and type as `tensor`, with the value broadcasted
-        from root rank.
+        `tensor` itself, now holding the root rank's value.
     """
     return _broadcast_now(tensor, root_rank, name, _process_set_id(process_set), output=tensor)
 
@@ -958,35 +923,34 @@ def _splits_list(splits):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """A function that scatters slices of the input tensor to all other Horovod processes
-    and returns a tensor of gathered slices from all other Horovod processes. The input
-    tensor is not modified.
+    """Starts an all-to-all exchange without waiting: `tensor` is cut into consecutive blocks of rows,
+    block i goes to rank i, and the blocks every rank sent here are joined in rank order. `tensor`
+    itself is left untouched.
 
-    The slicing is done on the first dimension, so the input tensors on
-    the different processes must have the same rank and shape, except for the
-    first dimension, which is allowed to be different.
+    Blocks are cut along the first dimension, so the ranks' tensors may differ in that dimension
+    only: the number of dimensions and the remaining sizes must match.
 
     Arguments:
-        tensor: A tensor to distribute with alltoall.
-        splits: A tensor of integers in rank order describing how many
-                elements in `tensor` to send to each worker.  Splitting is
-                applied along the first dimension of `tensor`. If `splits` is
-                not provided, the first dimension is split equally by the
-                number of Horovod processes.
-        name: A name of the alltoall operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor whose rows are distributed.
+        splits: optional integer tensor (or sequence), in rank order, giving how many rows of
+            `tensor` go to each rank. Without it the first dimension is divided evenly among
+            the ranks of the process set.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-        A handle to the alltoall operation that can be used with `poll()` or
-        `synchronize()`; `synchronize()` returns the tuple (output, received_splits).
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the tuple
+        (output, received_splits).
     """
     return _gather_like_async(c_api.ALLTOALL, "alltoall", [tensor], name, process_set, True,
                               splits=[_splits_list(splits)])
 
 
 class HorovodAlltoall(torch.autograd.Function):
-    """An autograd function that performs alltoall on a tensor."""
+    """Autograd function behind `alltoall()`; its backward pass sends the gradient rows back where
+    they came from.
+    """
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
@@ -1006,34 +970,28 @@ class HorovodAlltoall(torch.autograd.Function):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """A function that scatters slices of the input tensor to all other Horovod processes
-    and returns a tensor of gathered slices from all other Horovod processes. The input
-    tensor is not modified.
+    """All-to-all exchange: `tensor` is cut into consecutive blocks of rows, block i goes to rank i, and
+    the blocks every rank sent here are joined in rank order. `tensor` itself is left untouched.
 
-    The slicing is done on the first dimension, so the input tensors on
-    the different processes must have the same rank and shape, except for the
-    first dimension, which is allowed to be different.
+    Blocks are cut along the first dimension, so the ranks' tensors may differ in that dimension
+    only: the number of dimensions and the remaining sizes must match.
 
-    This acts as a thin wrapper around an autograd function.  If your input
-    tensor requires gradients, then callings this function will allow gradients
-    to be computed and backpropagated.
+    The call goes through an autograd function, so for inputs that require gradients the result is
+    part of the graph and gradients flow back through the exchange.
 
     Arguments:
-        tensor: A tensor to distribute with alltoall.
-        splits: A tensor of integers in rank order describing how many
-                elements in `tensor` to send to each worker.  Splitting is
-                applied along the first dimension of `tensor`. If `splits` is
-                not provided, the first dimension is split equally by the
-                number of Horovod processes.
-        name: A name of the alltoall operation.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        tensor: the tensor whose rows are distributed.
+        splits: optional integer tensor (or sequence), in rank order, giving how many rows of
+            `tensor` go to each rank. Without it the first dimension is divided evenly among
+            the ranks of the process set.
+        name: optional name under which the ranks match this operation.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
 
     Returns:
-      1) A tensor containing the gathered tensor data from all workers.
-      2) If `splits` has been provided: A tensor of integers in rank order
-         describing how many elements in the output tensor have been received
-         from each worker.
+        Without `splits`: the tensor of received rows. With `splits`: the tuple
+        (output, received_splits), where received_splits is an integer tensor, in rank
+        order, of how many rows of the output came from each rank.
     """
     output, received_splits = HorovodAlltoall.apply(tensor, splits, name, process_set)
     if splits is None:
@@ -1046,32 +1004,29 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
-    """A function that performs asynchronous reduction of the input tensor over all the
-    Horovod processes, then scatters the results across all Horovod processes. The
-    input tensor is not modified.
+    """Starts a reduce-scatter without waiting: the ranks' tensors are reduced (averaged by default, or
+    summed) and each rank receives its own block of rows of the result. `tensor` itself is left
+    untouched.
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
-    The input tensors on the different processes must have the same rank and shape. The
-    output tensor is identical in rank and shape to the input tensor, except for the
-    first dimension, which will be divided across the different Horovod processes.
+    The result has the rank and trailing dimensions of `tensor`; its first dimension is this rank's
+    share of the input's first dimension.
 
     Arguments:
-        tensor: A tensor to average/sum and scatter.
-        name: A name of the reduce_scatter operation.
-        op: The reduction operation to combine tensors across different ranks.
-            Can be Average (default) or Sum.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        prescale_factor: Multiplicative factor to scale tensor before reducescatter.
-        postscale_factor: Multiplicative factor to scale tensor after reducescatter.
+        tensor: the tensor to reduce and scatter.
+        name: optional name under which the ranks match this operation.
+        op: how the ranks' tensors are combined: Average (the default) or Sum.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced block is multiplied by this afterwards.
 
     Returns:
-        A handle to the reduce_scatter operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns this
+        rank's block of the reduced tensor.
     """
     return _gather_like_async(c_api.REDUCESCATTER, "reducescatter", [tensor], name, process_set, True,
                               reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor)
@@ -1091,7 +1046,7 @@ def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, proc
 
 
 class HorovodReducescatter(torch.autograd.Function):
-    """An autograd function that performs reducescatter on a tensor."""
+    """Autograd function behind `reducescatter()`; its backward pass allgathers the blocks' gradients."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
@@ -1112,40 +1067,35 @@ class HorovodReducescatter(torch.autograd.Function):
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
-    """A function that performs reduction of the input tensor over all the Horovod
-    processes, then scatters the results across all Horovod processes. The input tensor
-    is not modified.
+    """Reduce-scatter: the ranks' tensors are reduced (averaged by default, or summed) and each rank
+    gets back its own block of rows of the result. `tensor` itself is left untouched.
 
-    The reduction operation is keyed by the name. If name is not provided, an incremented
-    auto-generated name is used. The tensor type and shape must be the same on all
-    Horovod processes for a given name. The reduction will not start until all processes
-    are ready to send and receive the tensor.
+    Ranks pair up operations by `name`: each rank has to submit a tensor of identical dtype and shape
+    under the same name, and no data moves before every rank has submitted it. Without a `name`, the
+    engine generates one from a running counter.
 
-    This acts as a thin wrapper around an autograd function.  If your input
-    tensor requires gradients, then callings this function will allow gradients
-    to be computed and backpropagated.
+    The call goes through an autograd function, so for inputs that require gradients the result is
+    part of the graph and gradients flow back through the operation.
 
-    The input tensors on the different processes must have the same rank and shape. The
-    output tensor is identical in rank and shape to the input tensor, except for the
-    first dimension, which will be divided across the different Horovod processes.
+    The result has the rank and trailing dimensions of `tensor`; its first dimension is this rank's
+    share of the input's first dimension.
 
     Arguments:
-        tensor: A tensor to average/sum and scatter.
-        name: A name of the reduce_scatter operation.
-        compression: Compression algorithm used during reducescatter to reduce the amount
-                     of data sent during the each parameter update step.  Defaults to
-                     not using compression.
-        op: The reduction operation to combine tensors across different ranks.
-            Can be Average (default) or Sum.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        prescale_factor: Multiplicative factor to scale tensor before reducescatter.
-        postscale_factor: Multiplicative factor to scale tensor after reducescatter.
+        tensor: the tensor to reduce and scatter.
+        name: optional name under which the ranks match this operation.
+        compression: a compressor (see `horovod.torch.Compression`) applied to the tensor before
+            it is sent and undone on the result, to cut the bytes exchanged. Compression.none
+            (no compression) by default.
+        op: how the ranks' tensors are combined: Average (the default) or Sum.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        prescale_factor: every rank's input is multiplied by this before the reduction.
+        postscale_factor: the reduced block is multiplied by this afterwards.
 
     Returns:
-        A tensor of the same rank and type as `tensor`, summed across all processes.
-        The shape is identical to the input shape, except for the first dimension,
-        which will be divided across the different Horovod processes.
+        A tensor of `tensor`'s dtype and number of dimensions holding this rank's block of
+        the reduction (an average with the default op, a sum with op=Sum); only its first
+        dimension differs from the input's.
     """
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = HorovodReducescatter.apply(tensor_compressed, name, op, process_set, prescale_factor,
@@ -1155,29 +1105,25 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    """A function that performs asynchronous reduction of a list of input tensors over all
-    the Horovod processes, then scatters the results across all Horovod processes. The
-    input tensors are not modified.
+    """Starts a reduce-scatter of a list of tensors without waiting, as one group: each entry is reduced
+    (averaged by default, or summed) with the entries at the same position on the other ranks, and
+    each rank receives its own block of rows of every result. The inputs are left untouched.
 
-    The reduction operations are keyed by the base name. If a base name is not
-    provided, an incremented auto-generated base name is used. Reductions are
-    performed across tensors in the same list position. The tensor type and
-    shape must be the same on all Horovod processes for tensors sharing
-    positions in the input tensor list.
+    Entries at the same position must agree in dtype and shape across the ranks. `name` is the base
+    from which the entries' names are derived (a counter-based one is generated when it is omitted).
 
     Arguments:
-        tensors: A list of tensors to average/sum and scatter.
-        name: A base name to use for the group reduce_scatter operation.
-        op: The reduction operation to combine tensors across different ranks.
-            Can be Average (default) or Sum.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        prescale_factor: Multiplicative factor to scale tensors before reducescatter.
-        postscale_factor: Multiplicative factor to scale tensors after reducescatter.
+        tensors: the list of tensors to reduce and scatter.
+        name: optional base name under which the ranks match this group.
+        op: how the ranks' tensors are combined: Average (the default) or Sum.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced block is multiplied by this afterwards.
 
     Returns:
-        A handle to the group reduce_scatter operation that can be used with `poll()` or
-        `synchronize()`.
+        A handle to pass to `poll()` or `synchronize()`; `synchronize()` returns the list
+        of this rank's blocks.
     """
     return _gather_like_async(c_api.REDUCESCATTER, "grouped_reducescatter", list(tensors), name, process_set,
                               False, reduce_op=op, prescale_factor=prescale_factor,
@@ -1185,7 +1131,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
-    """An autograd function that performs reducescatter on a list of tensors."""
+    """Autograd function behind `grouped_reducescatter()`: reduce-scatters a list of tensors as one group."""
 
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
@@ -1207,33 +1153,29 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """A function that performs reduction of a list of input tensors over all the Horovod
-    processes, then scatters the results across all Horovod processes. The input tensors
-    are not modified.
+    """Reduce-scatter of a list of tensors as one group: each entry is reduced (averaged by default, or
+    summed) with the entries at the same position on the other ranks, and each rank gets back its
+    own block of rows of every result. The inputs are left untouched.
 
-    The reduction operations are keyed by the base name. If a base name is not
-    provided, an incremented auto-generated base name is used. Reductions are
-    performed across tensors in the same list position. The tensor type and
-    shape must be the same on all Horovod processes for tensors sharing
-    positions in the input tensor list.
+    Entries at the same position must agree in dtype and shape across the ranks. `name` is the base
+    from which the entries' names are derived (a counter-based one is generated when it is omitted).
 
     Arguments:
-        tensors: A list of tensors to average/sum and scatter.
-        name: A base name to use for the group reduce_scatter operation.
-        compression: Compression algorithm used during reducescatter to reduce the amount
-                     of data sent during the each parameter update step.  Defaults to
-                     not using compression.
-        op: The reduction operation to combine tensors across different ranks.
-            Can be Average (default) or Sum.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
-        prescale_factor: Multiplicative factor to scale tensors before reducescatter.
-        postscale_factor: Multiplicative factor to scale tensors after reducescatter.
+        tensors: the list of tensors to reduce and scatter.
+        name: optional base name under which the ranks match this group.
+        compression: a compressor (see `horovod.torch.Compression`) applied to each tensor before
+            it is sent and undone on its result, to cut the bytes exchanged. Compression.none
+            (no compression) by default.
+        op: how the ranks' tensors are combined: Average (the default) or Sum.
+        process_set: the ProcessSet whose ranks take part; the global process set (all
+            ranks) unless given.
+        prescale_factor: every input is multiplied by this before the reduction.
+        postscale_factor: every reduced block is multiplied by this afterwards.
 
     Returns:
-        A list containing tensors of the same rank and type as in `tensors`. For each
-        tensor the shape is identical to the input shape, except for the first
-        dimension, which will be divided across the different Horovod processes.
+        A list with one tensor per input, of the input's dtype and number of dimensions,
+        holding this rank's block of the reduction; only the first dimension differs from
+        the input's.
     """
     compressed = [compression.compress(t) for t in tensors]
     reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
@@ -1245,16 +1187,15 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 # completion, join, barrier
 
 def poll(handle):
-    """Polls an allreduce, allgather, alltoall, broadcast, or reducescatter handle to
-    determine whether underlying asynchronous operation has completed. After `poll()`
-    returns `True`, `synchronize()` will return without blocking.
+    """Tells whether the asynchronous operation behind `handle` has finished, without blocking.
+    Once it returns True, `synchronize(handle)` returns at once.
 
     Arguments:
-        handle: A handle returned by an allreduce, allgather, alltoall, broadcast, or
-                reducescatter asynchronous operation.
+        handle: a handle from one of the `*_async` functions (allreduce, allgather, alltoall,
+            broadcast, reducescatter or their grouped forms).
 
     Returns:
-        A flag indicating whether the operation has completed.
+        True when the operation is done, False while it is still in progress.
     """
     if isinstance(handle, _SparseAllreduceHandle):
         return handle.poll()
@@ -1269,15 +1210,15 @@ def _handles_synchronize(handle):
 
 
 def synchronize(handle):
-    """Synchronizes an asynchronous allreduce, allgather, alltoall, broadcast, or
-    reducescatter operation until it's completed. Returns the result of the operation.
+    """Waits for the asynchronous operation behind `handle` to finish and returns its result.
 
     Arguments:
-        handle: A handle returned by an allreduce, allgather, alltoall, broadcast, or
-                reducescatter asynchronous operation.
+        handle: a handle from one of the `*_async` functions (allreduce, allgather, alltoall,
+            broadcast, reducescatter or their grouped forms).
 
     Returns:
-        A single output tensor of the operation or a tuple of multiple output tensors.
+        The operation's output: one tensor, or a list or tuple of tensors for grouped
+        operations and alltoall.
 
     Raises:
         HorovodInternalError: the operation failed (a peer died, the job was shut
@@ -1290,29 +1231,28 @@ def synchronize(handle):
 
 
 def join(device=-1):
-    """A function that indicates that the rank finished processing data.
+    """Declares that this rank has run out of data and blocks until every rank has done the same.
 
-    All ranks that did not call join() continue to process allreduce operations.
-    This function blocks Python thread until all ranks join.
+    While some ranks have joined, the others can keep running allreduces: each joined rank stands
+    in with zeros. The call returns once all ranks have called join().
 
     Arguments:
-        device: An id of the device to create temprorary zero tensors (default -1, CPU)
+        device: accepted for compatibility with Horovod, where it chose the device of the zero
+            tensors a joined rank contributes (default -1, the CPU); hvd ignores it.
 
     Returns:
-        Id of the rank that joined last.
+        The rank that was the last to join.
     """
     return _handles_synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""],
                                                 0, caller_waits=True))
 
 
 def barrier(process_set=global_process_set):
-    """A function that acts as a simple sychronization point for ranks specified
-    in the given process group(default to global group). Ranks that reach
-    this function call will stall until all other ranks have reached.
+    """Blocks until every rank of `process_set` has reached this call.
 
     Arguments:
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        process_set: the ProcessSet whose ranks wait for one another; the global process set
+            (all ranks) unless given.
     """
     _handles_synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], _process_set_id(process_set),
                                          caller_waits=True))

@@ -335,10 +335,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @contextmanager
     def skip_synchronize(self):
-        """A context manager used to specify that optimizer.step() should
-        not perform synchronization.
+        """Context manager under which ``optimizer.step()`` does not synchronize the gradients first.
 
-        It's typically used in a following pattern:
+        Use it after an explicit ``synchronize()``:
 
         .. code-block:: python
 
@@ -512,21 +511,18 @@ def DistributedOptimizer(optimizer, named_parameters=None,
                          num_groups=0, groups=None,
                          sparse_as_dense=False,
                          process_set=global_process_set):
-    """
-    An optimizer that wraps another torch.optim.Optimizer, using an allreduce to
-    combine gradient values before applying gradients to model weights.
+    """Wraps a torch.optim.Optimizer so that gradients are combined across the ranks (averaged by
+    default) before the wrapped optimizer applies them to the weights.
 
-    Allreduce operations are executed after each gradient is computed by ``loss.backward()``
-    in parallel with each other. The ``step()`` method ensures that all allreduce operations are
-    finished before applying gradients to the model.
+    Each gradient's allreduce is launched as soon as ``loss.backward()`` has produced it, so the
+    communication overlaps the rest of the backward pass; ``step()`` waits for all of them to
+    complete before updating the model.
 
-    DistributedOptimizer exposes the ``synchronize()`` method, which forces allreduce operations
-    to finish before continuing the execution. It's useful in conjunction with gradient
-    clipping, or other operations that modify gradients in place before ``step()`` is executed.
-    Make sure to use ``optimizer.skip_synchronize()`` if you're calling ``synchronize()``
-    in your code.
+    ``synchronize()`` waits for the pending allreduces without stepping, for code that has to
+    change the averaged gradients in place first, gradient clipping for instance. After calling
+    it yourself, run ``step()`` inside ``optimizer.skip_synchronize()``.
 
-    Example of gradient clipping:
+    Gradient clipping, for example:
 
     .. code-block:: python
 
@@ -534,41 +530,37 @@ def DistributedOptimizer(optimizer, named_parameters=None,
         loss = F.nll_loss(output, target)
         loss.backward()
         optimizer.synchronize()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         with optimizer.skip_synchronize():
             optimizer.step()
 
     Arguments:
-        optimizer: Optimizer to use for computing gradients and applying updates.
-        named_parameters: A mapping between parameter names and values. Used for naming of
-                          allreduce operations. Typically just ``model.named_parameters()``.
-        compression: Compression algorithm used during allreduce to reduce the amount
-                     of data sent during the each parameter update step.  Defaults to
-                     not using compression.
-        backward_passes_per_step: Number of expected backward passes to perform
-                                  before calling step()/synchronize(). This
-                                  allows accumulating gradients over multiple
-                                  mini-batches before reducing and applying them.
-        op: The reduction operation to use when combining gradients across different ranks.
-            With ``hvd.Adasum`` each rank's optimizer steps locally and the parameter
-            changes are combined with Adasum instead.
-        gradient_predivide_factor: If op == Average, gradient_predivide_factor splits the averaging
-                                   before and after the sum. Gradients are scaled by
-                                   1.0 / gradient_predivide_factor before the sum and
-                                   gradient_predivide_factor / size after the sum.
-        num_groups: Number of groups to assign gradient allreduce ops to for explicit
-                    grouping. Defaults to no explicit groups. (Deprecated; use ``groups``.)
-        groups: The parameter to group the gradient allreduce ops. Accept values is a
-                non-negative integer or a list of list of torch.Tensor.
-                If groups is a non-negative integer, it is the number of groups to assign
-                gradient allreduce ops to for explicit grouping.
-                If groups is a list of list of torch.Tensor. Tensors in the same
-                inner list will be assigned to the same group, while parameter that does
-                not appear in any list will form a group itself.
-                Defaults as None, which is no explicit groups.
-        sparse_as_dense: If set True, convert all sparse gradients to dense and perform allreduce.
-        process_set: Gradients will only be reduced over Horovod processes belonging
-                     to this process set. Defaults to the global process set.
+        optimizer: the optimizer that applies the updates; the returned object is an instance
+            of a class derived from its class, sharing its parameter groups.
+        named_parameters: (name, parameter) pairs, normally ``model.named_parameters()``,
+            from which the allreduces are named. When given it must name every parameter,
+            each under a unique name.
+        compression: a compressor applied to gradients before they are exchanged and undone
+            afterwards, to cut the bytes sent at each step. Compression.none by default.
+        backward_passes_per_step: how many backward passes are expected before each
+            step()/synchronize(); gradients accumulate locally over them and are reduced
+            once, which combines several mini-batches into one update.
+        op: the reduction used to combine gradients across the ranks. With ``hvd.Adasum``
+            each rank's optimizer steps locally and the parameter changes are combined
+            with Adasum instead.
+        gradient_predivide_factor: only with op == Average: moves part of the averaging before
+            the sum. Gradients are multiplied by 1.0 / gradient_predivide_factor before
+            summing and by gradient_predivide_factor / size afterwards.
+        num_groups: deprecated in favour of ``groups``: the number of groups the gradient
+            allreduces are split into; 0 (no explicit grouping) by default.
+        groups: how gradient allreduces are grouped: None (the default) for no explicit
+            grouping; a positive integer to split them into that many groups; or a list of
+            lists of torch.Tensor, where the tensors of each inner list are reduced together
+            and every parameter not listed is a group of its own.
+        sparse_as_dense: when True, sparse gradients are converted to dense tensors for the
+            allreduce.
+        process_set: the ProcessSet over whose ranks the gradients are reduced; the global
+            process set unless given.
     """
     # Checked before anything is built, so a bad configuration fails at
     # construction on every rank rather than inside a backward hook.

@@ -22,27 +22,25 @@ __all__ = ["SyncBatchNorm"]
 
 
 class SyncBatchNorm(_BatchNorm):
-    """Applies synchronous version of N-dimensional BatchNorm.
+    """Batch normalization over inputs of shape `(N, C, ...)` whose batch statistics are computed
+    over the samples of every rank in the process set rather than the local mini-batch alone.
 
-    In this version, normalization parameters are synchronized across workers during forward pass.
-    This is very useful in situations where each GPU can fit a very small number of examples.
+    In training mode the per-channel mean and variance are combined across the ranks during the
+    forward pass, which matters most when each device only holds a handful of samples.
 
-    See https://pytorch.org/docs/stable/nn.html#batchnorm2d for more details about BatchNorm.
+    Apart from that it behaves like PyTorch's BatchNorm layers (see
+    https://pytorch.org/docs/stable/nn.html#batchnorm2d).
 
     Arguments:
-        num_features: number of channels `C` from the shape `(N, C, ...)`.
-        eps: a value added to the denominator for numerical stability. Default: 1e-5.
-        momentum: the value used for the running_mean and running_var
-            computation. Can be set to `None` for cumulative moving average
-            (i.e. simple average). Default: 0.1.
-        affine: a boolean value that when set to `True`, this module has
-            learnable affine parameters. Default: `True`.
-        track_running_stats: a boolean value that when set to `True`, this
-            module tracks the running mean and variance, and when set to `False`,
-            this module does not track such statistics and always uses batch
-            statistics in both training and eval modes. Default: `True`.
-        process_set: Process set object to limit this operation to a subset of
-            Horovod processes. Default is the global process set.
+        num_features: the number of channels `C` in an input of shape `(N, C, ...)`.
+        eps: added to the variance in the denominator to keep the division stable. Default: 1e-5.
+        momentum: weight of the newest batch when updating running_mean and running_var;
+            `None` gives a cumulative (plain) average over all batches seen. Default: 0.1.
+        affine: whether the layer has a learnable per-channel scale and shift. Default: `True`.
+        track_running_stats: whether running estimates of the mean and variance are kept; when
+            `False`, batch statistics are used in eval mode too. Default: `True`.
+        process_set: the ProcessSet whose ranks share their statistics; the global process set
+            (all ranks) unless given.
 
     .. note:: Unlike Horovod's, CPU tensors are supported in training mode.
     """
