@@ -132,6 +132,7 @@ class CollectiveOp : public AsyncOpKernel {
     get("prescale_factor", &prescale_);
     get("postscale_factor", &postscale_);
     get("root_rank", &root_rank_);
+    get("submitter_blocked", &submitter_blocked_);
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -152,6 +153,7 @@ class CollectiveOp : public AsyncOpKernel {
     args.reduce_op = static_cast<int32_t>(reduce_op_);
     args.root_rank = static_cast<int32_t>(root_rank_);
     args.flags = HVD_ENQUEUE_ROOT_RANK_GLOBAL;  // Horovod's global root, also on process sets
+    if (submitter_blocked_) args.flags |= HVD_ENQUEUE_SUBMITTER_BLOCKED;
     args.prescale_factor = prescale_;
     args.postscale_factor = postscale_;
     args.tensors = call->args.data();
@@ -257,6 +259,9 @@ class CollectiveOp : public AsyncOpKernel {
   int64_t root_rank_ = 0;
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
+  // Set by the Python wrappers for ops executed eagerly: the calling thread
+  // waits for this op, so the engine may count it as blocked on it.
+  bool submitter_blocked_ = false;
 };
 
 // Results with the input's shape (allreduce, broadcast): the output buffer is
@@ -473,6 +478,7 @@ REGISTER_OP("HorovodAllreduce")
     .Attr("postscale_factor: float")
     .Attr("ignore_name_scope: bool = False")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensor: T")
     .Output("sum: T")
     .SetShapeFn(same_shape)
@@ -486,6 +492,7 @@ REGISTER_OP("HorovodGroupedAllreduce")
     .Attr("ignore_name_scope: bool = False")
     .Attr("num_tensors: int")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensors: num_tensors*T")
     .Output("sum: num_tensors*T")
     .SetShapeFn(same_shape)
@@ -495,6 +502,7 @@ REGISTER_OP("HorovodAllgather")
     .Attr("T: " HVD_ALL_TYPES)
     .Attr("ignore_name_scope: bool = False")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(unknown_first_dim)
@@ -505,6 +513,7 @@ REGISTER_OP("HorovodGroupedAllgather")
     .Attr("ignore_name_scope: bool = False")
     .Attr("num_tensors: int")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensors: num_tensors*T")
     .Output("output: num_tensors*T")
     .SetShapeFn(unknown_first_dim)
@@ -515,6 +524,7 @@ REGISTER_OP("HorovodBroadcast")
     .Attr("root_rank: int")
     .Attr("ignore_name_scope: bool = False")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(same_shape)
@@ -526,6 +536,7 @@ REGISTER_OP("HorovodBroadcastInplaceResource")
     .Attr("root_rank: int")
     .Attr("ignore_name_scope: bool = False")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("resources: num_variables*resource")
     .SetShapeFn([](InferenceContext*) { return absl::OkStatus(); })
     .Doc("Overwrites resource variables with `root_rank`'s values, in place.");
@@ -537,6 +548,7 @@ REGISTER_OP("HorovodReducescatter")
     .Attr("postscale_factor: float = 1.0")
     .Attr("ignore_name_scope: bool = False")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(unknown_first_dim)
@@ -550,6 +562,7 @@ REGISTER_OP("HorovodGroupedReducescatter")
     .Attr("ignore_name_scope: bool = False")
     .Attr("num_tensors: int")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensors: num_tensors*T")
     .Output("output: num_tensors*T")
     .SetShapeFn(unknown_first_dim)
@@ -559,6 +572,7 @@ REGISTER_OP("HorovodAlltoall")
     .Attr("T: " HVD_ALL_TYPES)
     .Attr("ignore_name_scope: bool = False")
     .Attr("process_set_id: int = 0")
+    .Attr("submitter_blocked: bool = False")
     .Input("tensor: T")
     .Input("splits: int32")
     .Output("output: T")

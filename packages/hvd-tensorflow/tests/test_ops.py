@@ -332,6 +332,33 @@ except tf.errors.UnknownError as e:
     assert verdict[0] == "Unknown" and "HorovodAllreduce" in verdict[1], results[0]
 
 
+def test_divergent_eager_collectives_fail_on_every_rank_instead_of_hanging():
+    # An eagerly executed op blocks its thread as a synchronous wait does:
+    # ranks blocked on different ops are a divergence, reported on both
+    # within HOROVOD_PEER_TIMEOUT_SECONDS. The engine then starts again.
+    results = op_ranks.run_ok(2, '''
+ops.init()
+start = time.monotonic()
+try:
+    if ops.rank() == 0:
+        ops._allreduce(tf.ones([2]))
+    else:
+        ops.allgather(tf.ones([2]))
+    out = {"error": None}
+except tf.errors.UnknownError as e:
+    out = {"error": str(e)}
+out["seconds"] = time.monotonic() - start
+ops.init()
+out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
+print(json.dumps(out))
+''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2"}, timeout=60)
+    for res in results:
+        assert res["error"] and "diverged" in res["error"], res
+        assert "HorovodAllreduce" in res["error"] and "HorovodAllgather" in res["error"], res
+        assert res["seconds"] < 15, res
+        assert res["after"] == [2.0, 2.0]
+
+
 def test_tensorflow_and_torch_in_one_process_share_the_engine():
     pytest.importorskip("torch")
     reports = op_ranks.run_ok(2, '''

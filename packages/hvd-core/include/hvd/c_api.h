@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 2
+#define HVD_API_MINOR 3
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -277,7 +277,15 @@ typedef enum hvd_enqueue_flags {
    * completes, but may be delayed by up to 100 ms. */
   HVD_ENQUEUE_CALLER_WAITS = 1,
   /* Since 1.2: root_rank is a global rank (see hvd_enqueue_args). */
-  HVD_ENQUEUE_ROOT_RANK_GLOBAL = 2
+  HVD_ENQUEUE_ROOT_RANK_GLOBAL = 2,
+  /* Since 1.3: the submitting thread cannot go on until this operation
+   * completes, although it waits for on_done rather than calling
+   * hvd_handle_wait() (e.g. a framework op executed eagerly). The engine
+   * then counts the operation as waited on from its submission when it looks
+   * for ranks blocked on collectives the others never submit (divergence,
+   * reported as HVD_ERROR_INTERNAL after HOROVOD_PEER_TIMEOUT_SECONDS).
+   * Leave it unset when the program can still submit other operations. */
+  HVD_ENQUEUE_SUBMITTER_BLOCKED = 4
 } hvd_enqueue_flags;
 
 /* Validates the arguments and queues the operation; returns at once.

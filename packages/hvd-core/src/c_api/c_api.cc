@@ -154,6 +154,12 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
   h->on_done = HVD_FIELD(args, on_done, nullptr);
   h->on_done_ctx = HVD_FIELD(args, on_done_ctx, nullptr);
   h->caller_waits = (flags & HVD_ENQUEUE_CALLER_WAITS) != 0;
+  if ((flags & HVD_ENQUEUE_SUBMITTER_BLOCKED) != 0) {
+    // A waiter that never leaves: once complete the operation is no longer
+    // looked at, so nothing needs to take the mark back.
+    h->first_wait_ns.store(steady_now_ns(), std::memory_order_relaxed);
+    h->waiters.store(1, std::memory_order_relaxed);
+  }
   for (size_t i = 0; i < n; ++i) {
     TensorSlot slot;
     RequestMeta& m = slot.meta;

@@ -100,7 +100,8 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     return MPI_LIB.horovod_allreduce(tensor, name=_op_name("HorovodAllreduce", tensor, name),
                                      reduce_op=_reduce_op(op), prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                                     process_set_id=process_set_id_of(process_set))
+                                     process_set_id=process_set_id_of(process_set),
+                                     submitter_blocked=tf.executing_eagerly())
 
 
 @_ops.RegisterGradient("HorovodAllreduce")
@@ -119,7 +120,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     return MPI_LIB.horovod_grouped_allreduce(
         tensors, name=_op_name("HorovodGroupedAllreduce", tensors[0], name), reduce_op=_reduce_op(op),
         prescale_factor=prescale_factor, postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-        process_set_id=process_set_id_of(process_set))
+        process_set_id=process_set_id_of(process_set),
+        submitter_blocked=tf.executing_eagerly())
 
 
 @_ops.RegisterGradient("HorovodGroupedAllreduce")
@@ -137,7 +139,8 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     tensor = tf.convert_to_tensor(tensor)
     return MPI_LIB.horovod_allgather(tensor, name=_op_name("HorovodAllgather", tensor, name),
                                      ignore_name_scope=ignore_name_scope,
-                                     process_set_id=process_set_id_of(process_set))
+                                     process_set_id=process_set_id_of(process_set),
+                                     submitter_blocked=tf.executing_eagerly())
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -145,7 +148,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     tensors = _check_list(tensors, "grouped_allgather")
     return MPI_LIB.horovod_grouped_allgather(tensors, name=_op_name("HorovodGroupedAllgather", tensors[0], name),
                                              ignore_name_scope=ignore_name_scope,
-                                             process_set_id=process_set_id_of(process_set))
+                                             process_set_id=process_set_id_of(process_set),
+                                             submitter_blocked=tf.executing_eagerly())
 
 
 def _allgather_grad_of(x, grad, process_set):
@@ -180,7 +184,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     tensor = tf.convert_to_tensor(tensor)
     return MPI_LIB.horovod_broadcast(tensor, name=_op_name("HorovodBroadcast", tensor, name), root_rank=root_rank,
                                      ignore_name_scope=ignore_name_scope,
-                                     process_set_id=process_set_id_of(process_set))
+                                     process_set_id=process_set_id_of(process_set),
+                                     submitter_blocked=tf.executing_eagerly())
 
 
 @_ops.RegisterGradient("HorovodBroadcast")
@@ -225,7 +230,8 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
         if op_name is not None and len(by_dtype) > 1:
             op_name = "%s_%s" % (op_name, dtype.name)
         broadcasts.append(MPI_LIB.horovod_broadcast_inplace_resource(
-            [v.handle for v in group], root_rank=root_rank, T=dtype, name=op_name, process_set_id=ps_id))
+            [v.handle for v in group], root_rank=root_rank, T=dtype, name=op_name, process_set_id=ps_id,
+            submitter_blocked=tf.executing_eagerly()))
     if tf.executing_eagerly():
         return variables
     with tf.control_dependencies(broadcasts):
@@ -250,7 +256,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         splits_ = tf.cast(tf.convert_to_tensor(splits), tf.int32)
     output, received_splits = MPI_LIB.horovod_alltoall(
         tensor, splits_, name=_op_name("HorovodAlltoall", tensor, name),
-        ignore_name_scope=ignore_name_scope, process_set_id=process_set_id_of(process_set))
+        ignore_name_scope=ignore_name_scope, process_set_id=process_set_id_of(process_set),
+        submitter_blocked=tf.executing_eagerly())
     return (output, received_splits) if splits is not None else output
 
 
@@ -273,7 +280,8 @@ def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False, process_s
     return MPI_LIB.horovod_reducescatter(tensor, name=_op_name("HorovodReducescatter", tensor, name), reduce_op=op,
                                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                                          ignore_name_scope=ignore_name_scope,
-                                         process_set_id=process_set_id_of(process_set))
+                                         process_set_id=process_set_id_of(process_set),
+                                         submitter_blocked=tf.executing_eagerly())
 
 
 def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
@@ -285,7 +293,8 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
     return MPI_LIB.horovod_grouped_reducescatter(
         tensors, name=_op_name("HorovodGroupedReducescatter", tensors[0], name), reduce_op=op,
         prescale_factor=prescale_factor, postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-        process_set_id=process_set_id_of(process_set))
+        process_set_id=process_set_id_of(process_set),
+        submitter_blocked=tf.executing_eagerly())
 
 
 def _reducescatter_grad_of(op, grad, process_set):
