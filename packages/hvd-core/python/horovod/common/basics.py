@@ -194,7 +194,7 @@ class HorovodBasics:
                 callback()
 
     def add_shutdown_callback(self, callback):
-        """Registers a function called (with no arguments) before every shutdown."""
+        """Registers a function called (with no arguments) at every shutdown, once the engine has stopped."""
         self._on_shutdown.append(callback)
 
     def is_initialized(self):
