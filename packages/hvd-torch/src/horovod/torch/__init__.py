@@ -29,6 +29,7 @@ from horovod.torch.optimizer import DistributedOptimizer  # noqa: F401,E402
 from horovod.torch.functions import (allgather_object, broadcast_object,  # noqa: F401,E402
                                      broadcast_optimizer_state, broadcast_parameters)
 from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401,E402
+from horovod.torch import elastic  # noqa: F401,E402
 
 
 def _check_has_gpu():

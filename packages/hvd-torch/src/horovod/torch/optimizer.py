@@ -10,6 +10,7 @@
 
 import os
 import warnings
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -17,7 +18,8 @@ import torch
 from horovod.torch.compression import Compression
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
-from horovod.torch.mpi_ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_, size, synchronize
+from horovod.torch.mpi_ops import (Adasum, Average, _basics, allreduce_async_, grouped_allreduce_async_, size,
+                                   synchronize)
 
 try:
     from horovod.torch.mpi_ops import sparse_allreduce_async
@@ -34,6 +36,21 @@ _TOO_MANY_PASSES_MESSAGE = ("Gradients were computed more than "
                             "backward_passes_per_step times before call "
                             "to step(). Increase backward_passes_per_step to "
                             "accumulate gradients locally.")
+
+
+# Every live DistributedOptimizer. When the engine shuts down (an elastic
+# reset, or hvd.init() replacing a failed engine) the reductions they were
+# waiting for are gone: they forget them, so training can go on with the next
+# engine instead of zero_grad() reporting gradients still in flight.
+_live_optimizers = weakref.WeakSet()
+
+
+def _forget_in_flight_reductions():
+    for optimizer in list(_live_optimizers):
+        optimizer._forget_in_flight()
+
+
+_basics.add_shutdown_callback(_forget_in_flight_reductions)
 
 
 # Without `groups`, gradients are reduced in buckets of about this many MiB,
@@ -151,6 +168,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # outside the process set take no part in its allreduces.
         if (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1") and process_set.included():
             self._register_hooks()
+        _live_optimizers.add(self)
+
+    def _forget_in_flight(self):
+        self._handles.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for group in self._group_ready:
+            self._group_ready[group] = 0
+        self._synchronized = False
 
     # -- setup ----------------------------------------------------------------
 
@@ -416,6 +442,14 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         if process_set.included():
             for p in requires_update:
                 self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+        _live_optimizers.add(self)
+
+    def _forget_in_flight(self):
+        self._handles.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for bucket in self._ready:
+            self._ready[bucket] = 0
 
     def _make_hook(self, p):
         def hook(*ignore):
