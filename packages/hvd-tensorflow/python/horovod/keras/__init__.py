@@ -23,4 +23,4 @@ if keras.backend.backend() != "tensorflow":
 # allreduce, allgather, broadcast, reducescatter, load_model
 publish(globals(), make_api(keras))
 
-from horovod.keras import callbacks  # noqa: E402,F401
+from horovod.keras import callbacks, elastic  # noqa: E402,F401

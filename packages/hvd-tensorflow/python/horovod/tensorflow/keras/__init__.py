@@ -23,4 +23,4 @@ keras = tf.keras
 # allreduce, allgather, broadcast, reducescatter, load_model
 publish(globals(), make_api(keras))
 
-from horovod.tensorflow.keras import callbacks  # noqa: E402,F401  (needs `keras` above)
+from horovod.tensorflow.keras import callbacks, elastic  # noqa: E402,F401  (need `keras` above)
