@@ -212,6 +212,11 @@ void Engine::start(const hvd_init_args* args) {
   // if it fails, so a retry never reads the addresses a failed one left.
   const uint64_t generation = g_generation++;
   std::string key_prefix = "g" + std::to_string(generation) + "/";
+  // An elastic worker joins the round the elastic driver assigned it: every
+  // member of the round uses that round's keys, however many times each of
+  // them has started before (a new worker has started none).
+  const std::string round = env_string("HVD_RENDEZVOUS_ROUND", "");
+  if (!round.empty()) key_prefix = "r" + round + "/";
   if (t.size == 1) {
     store_ = std::make_unique<MemoryStore>();
     t.hosts = {hostname};
@@ -244,6 +249,11 @@ void Engine::start(const hvd_init_args* args) {
     t.hosts.resize(static_cast<size_t>(t.size));
     for (int r = 0; r < t.size; ++r) {
       std::string info = store.get("peer/" + std::to_string(r), config_.connect_timeout_seconds);
+      // The elastic driver puts "!<why>" in the place of a rank that will
+      // never come (it failed before publishing its address).
+      if (!info.empty() && info[0] == '!') {
+        throw_error(ErrorCode::kInternal, "rank " + std::to_string(r) + " will not join: " + info.substr(1));
+      }
       std::istringstream in(info);
       std::getline(in, t.hosts[static_cast<size_t>(r)]);
       std::getline(in, addresses[static_cast<size_t>(r)]);

@@ -261,6 +261,14 @@ class HttpStore : public Store {
          operation_timeout_, /*idempotent=*/true, "set '" + key + "'", {204});
   }
 
+  void try_set(const std::string& key, const std::string& value, double timeout_seconds) override {
+    try {
+      call("PUT", "/v1/kv/" + encode_key(key), value, deadline_after(timeout_seconds), timeout_seconds,
+           /*idempotent=*/true, "set '" + key + "'", {204});
+    } catch (const std::exception&) {
+    }
+  }
+
   std::string get(const std::string& key, double timeout_seconds) override {
     Clock::time_point deadline = deadline_after(timeout_seconds);
     std::string path = "/v1/kv/" + encode_key(key);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,15 @@ class Store {
   virtual std::string get(const std::string& key, double timeout_seconds) = 0;
   // Atomically adds `delta` to the integer at `key` (absent = 0); returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Sets `key` if that can be done within about `timeout_seconds`; never
+  // throws. For reports made while failing, which must not hold up the failure.
+  virtual void try_set(const std::string& key, const std::string& value, double timeout_seconds) {
+    (void)timeout_seconds;
+    try {
+      set(key, value);
+    } catch (const std::exception&) {
+    }
+  }
 };
 
 // A view of another store with every key prefixed by `prefix`.
@@ -33,6 +43,9 @@ class PrefixStore : public Store {
     return base_.get(prefix_ + key, timeout_seconds);
   }
   int64_t add(const std::string& key, int64_t delta) override { return base_.add(prefix_ + key, delta); }
+  void try_set(const std::string& key, const std::string& value, double timeout_seconds) override {
+    base_.try_set(prefix_ + key, value, timeout_seconds);
+  }
 
  private:
   Store& base_;

@@ -12,6 +12,7 @@ import threading
 
 from horovod.common import c_api
 from horovod.common import process_sets as _process_sets
+from horovod.common.exceptions import HorovodInternalError
 
 __all__ = ["HorovodBasics", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
 
@@ -96,6 +97,7 @@ class HorovodBasics:
             except (TypeError, ValueError):
                 raise ValueError("hvd.init(comm=...) takes an mpi4py communicator or a list of ranks, got %r"
                                  % (comm,)) from None
+        explicit = process_sets is not None
         if process_sets == "dynamic":
             os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
             process_sets = None
@@ -111,26 +113,52 @@ class HorovodBasics:
                     return
                 library.hvd_error_destroy(failure)
                 self._shutdown_locked()
-            # A plain `mpirun python train.py` brings ranks but no store.
-            from horovod.common.mpirun_bootstrap import bootstrap_from_mpirun
-            bootstrap_from_mpirun()
+            from horovod.common import elastic_rendezvous
+            elastic = elastic_rendezvous.is_elastic()
+            if not elastic:
+                # A plain `mpirun python train.py` brings ranks but no store.
+                from horovod.common.mpirun_bootstrap import bootstrap_from_mpirun
+                bootstrap_from_mpirun()
             mpi_data_plane = os.environ.get("HOROVOD_CPU_OPERATIONS", "").strip().lower() == "mpi"
             found = _find_mpi_library() if mpi_data_plane else None
             if found:  # the engine opens HVD_MPI_LIBRARY, else what the loader finds
                 os.environ["HVD_MPI_LIBRARY"] = found
-            args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
-            flat = [r for ps in process_sets for r in ps.ranks]
-            ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
-            sizes = (ctypes.c_int32 * max(1, len(process_sets)))(*[len(ps.ranks) for ps in process_sets])
-            args.process_set_ranks = ranks
-            args.process_set_sizes = sizes
-            args.num_process_sets = len(process_sets)
-            c_api.check(library.hvd_init(ctypes.byref(args)))
+            if explicit:
+                _process_sets._remember_static(process_sets)
+            # Started again by an elastic reset (no process_sets given): the
+            # sets this process had come back, as far as they fit.
+            replay = elastic and not explicit
+            while True:
+                if elastic:
+                    # Each start of an elastic worker is a new round: the
+                    # driver says which rank and size this one has.
+                    assignment = elastic_rendezvous.join_round()
+                    if replay:
+                        process_sets = _process_sets._static_sets_for(assignment.size)
+                args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
+                flat = [r for ps in process_sets for r in ps.ranks]
+                ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
+                sizes = (ctypes.c_int32 * max(1, len(process_sets)))(*[len(ps.ranks) for ps in process_sets])
+                args.process_set_ranks = ranks
+                args.process_set_sizes = sizes
+                args.num_process_sets = len(process_sets)
+                try:
+                    c_api.check(library.hvd_init(ctypes.byref(args)))
+                    break
+                except HorovodInternalError as e:
+                    if not elastic:
+                        raise
+                    # A peer of this round failed while it started: the
+                    # driver forms the next round from the workers that rejoin.
+                    sys.stderr.write("hvd: elastic worker %s could not start round %d (%s); rejoining\n"
+                                     % (elastic_rendezvous.worker_id(), assignment.round, e))
             self._topology = self._read_topology()
             if comm is not None:
                 self._check_comm_covers_the_job(comm)
             self._mpi_enabled = mpi_data_plane and self._topology.size > 1
             _process_sets._on_init(self._topology.size, process_sets)
+            if replay:
+                _process_sets._register_dynamic_again(self._topology.size)
             if not self._atexit_registered:
                 atexit.register(self.shutdown)
                 self._atexit_registered = True
@@ -185,6 +213,7 @@ class HorovodBasics:
 
     def _shutdown_locked(self):
         self._topology = None
+        _process_sets._on_shutdown()
         try:
             c_api.check(c_api.lib().hvd_shutdown())
         finally:

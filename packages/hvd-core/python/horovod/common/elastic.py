@@ -39,8 +39,11 @@ class WorkerNotificationManager:
         self._listeners = []
 
     def init(self):
-        """Prepares this process to receive the driver's notifications. Outside an
-        elastic job (horovodrun without --min-np/--max-np/discovery) none come."""
+        """Starts receiving the elastic driver's notifications (once per process). Outside
+        an elastic job there is no driver and none come."""
+        from horovod.common import elastic_rendezvous
+        if elastic_rendezvous.is_elastic():
+            elastic_rendezvous.start_notification_listener(self.handle_hosts_updated)
 
     def register_listener(self, listener):
         with self._lock:

@@ -107,12 +107,57 @@ def _setup(basics):
     _basics = basics
 
 
+# The sets this process registered, in order, so that an elastic reset can
+# register them again on the new engine: those given to hvd.init() (static)
+# and those added since (dynamic; removed ones are forgotten).
+_static_sets: List["ProcessSet"] = []
+_dynamic_sets: List["ProcessSet"] = []
+
+
 def _on_init(size, process_sets):
     """Called by HorovodBasics.init: assigns ids 1..n to the static sets."""
     global_process_set.ranks = list(range(size))
     global_process_set.process_set_id = 0
     for i, ps in enumerate(process_sets or []):
         ps.process_set_id = i + 1
+
+
+def _remember_static(process_sets):
+    """Called by an explicit hvd.init(process_sets=...): these sets replace any remembered."""
+    global _static_sets, _dynamic_sets
+    _static_sets, _dynamic_sets = list(process_sets), []
+
+
+def _on_shutdown():
+    # Ids belong to the engine that gave them out.
+    for ps in _static_sets + _dynamic_sets:
+        ps._invalidate()
+
+
+def _fitting(process_sets, size):
+    """The sets whose ranks all exist in a job of `size` ranks; the others get a warning."""
+    fitting = []
+    for ps in process_sets:
+        if ps.ranks and ps.ranks[-1] < size:
+            fitting.append(ps)
+        else:
+            import sys
+            sys.stderr.write("hvd: %s does not fit the job's %d ranks after the elastic reset; it stays "
+                             "unregistered until a reset brings enough ranks back\n" % (ps, size))
+    return fitting
+
+
+def _static_sets_for(size):
+    """The remembered static sets that fit `size` ranks, to register at an elastic re-init."""
+    return _fitting(_static_sets, size)
+
+
+def _register_dynamic_again(size):
+    """After an elastic re-init: adds the remembered dynamic sets that fit, in their order.
+    Every rank does the same (the lists are the same on all), and a worker that joined
+    with the reset adds the same sets in its own start-up code."""
+    for ps in _fitting(_dynamic_sets, size):
+        _add(ps)
 
 
 def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
@@ -126,16 +171,22 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
         ValueError: dynamic process sets are disabled, the ranks are invalid,
             differ across ranks, or such a set exists already.
     """
-    from horovod.common import c_api
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError("%s is already registered" % process_set)
+    _add(process_set)
+    if not any(ps is process_set for ps in _dynamic_sets):
+        _dynamic_sets.append(process_set)
+    return process_set
+
+
+def _add(process_set):
+    from horovod.common import c_api
     ranks = (ctypes.c_int32 * len(process_set.ranks))(*process_set.ranks)
     new_id = ctypes.c_int32()
     c_api.check(c_api.lib().hvd_add_process_set(ranks, len(process_set.ranks), ctypes.byref(new_id)))
     process_set.process_set_id = new_id.value
-    return process_set
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
@@ -151,4 +202,5 @@ def remove_process_set(process_set: ProcessSet) -> bool:
         raise ValueError("the global process set cannot be removed")
     c_api.check(c_api.lib().hvd_remove_process_set(process_set.process_set_id))
     process_set._invalidate()
+    _dynamic_sets[:] = [ps for ps in _dynamic_sets if ps is not process_set]
     return True

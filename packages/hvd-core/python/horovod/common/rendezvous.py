@@ -90,10 +90,12 @@ def _hmac_hex(key, message):
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+def _key_bytes(key):
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
 def _encode_key(key):
-    if isinstance(key, str):
-        key = key.encode("utf-8")
-    return urllib.parse.quote_from_bytes(key, safe=_UNRESERVED)
+    return urllib.parse.quote_from_bytes(_key_bytes(key), safe=_UNRESERVED)
 
 
 class _KeyValueTable:
@@ -102,11 +104,20 @@ class _KeyValueTable:
     def __init__(self):
         self._data = {}
         self._changed = threading.Condition()
+        self._watchers = []
+
+    def watch(self, callback):
+        self._watchers.append(callback)
+
+    def _tell_watchers(self, key, value):
+        for callback in list(self._watchers):
+            callback(key, value)
 
     def set(self, key, value):
         with self._changed:
             self._data[key] = value
             self._changed.notify_all()
+        self._tell_watchers(key, value)
 
     def get(self, key, wait_seconds):
         deadline = time.monotonic() + wait_seconds
@@ -125,7 +136,8 @@ class _KeyValueTable:
             new_value = current + delta
             self._data[key] = str(new_value).encode("ascii")
             self._changed.notify_all()
-            return new_value
+        self._tell_watchers(key, str(new_value).encode("ascii"))
+        return new_value
 
     def delete(self, key):
         with self._changed:
@@ -298,6 +310,29 @@ class RendezvousServer:
     def __enter__(self):
         self.start()
         return self
+
+    # -- in-process access, for the launcher that runs the store ------------
+
+    def put(self, key, value):
+        """Sets `key` (str or bytes) to `value` (bytes) directly, as a signed PUT would."""
+        self._table.set(_key_bytes(key), value)
+
+    def read(self, key, wait=0.0):
+        """The value of `key` (str or bytes), waiting up to `wait` seconds for it; None if absent."""
+        return self._table.get(_key_bytes(key), wait)
+
+    def remove(self, key):
+        """Deletes `key` (str or bytes) if present."""
+        self._table.delete(_key_bytes(key))
+
+    def watch(self, callback):
+        """Calls ``callback(key, value)`` (bytes, bytes) after every set or add, whoever made it.
+
+        The callback runs on the thread that changed the key (a request
+        handler thread, or the caller of ``put``): it must be quick and must
+        not block.
+        """
+        self._table.watch(callback)
 
     def __exit__(self, *exc_info):
         self.stop()
