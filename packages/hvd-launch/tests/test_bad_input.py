@@ -89,8 +89,12 @@ def test_missing_identity_file(tmp_path):
 
 @pytest.mark.parametrize("flag", [["--min-np", "1"], ["--max-np", "4"],
                                   ["--host-discovery-script", "discover.sh"]])
-def test_elastic_flags_ask_for_hvd_elastic(flag):
-    _fails_fast(*flag, "-np", 1, "true", code=2, match="pip install hvd-elastic")
+def test_elastic_flags_ask_for_hvd_elastic(flag, tmp_path):
+    # hvd-elastic may be installed here: a sitecustomize hides it from horovodrun.
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['horovod.runner.elastic'] = None\n")
+    env = base_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    _fails_fast(*flag, "-np", 1, "true", code=2, match="pip install hvd-elastic", env=env)
 
 
 def test_mpirun_not_found(tmp_path):

@@ -122,3 +122,30 @@ def test_killed_launcher_leaves_no_orphans(tmp_path):
     # The guards notice their launcher is gone and stop their ranks.
     assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10), \
         f"still running: {[p for p in pids if pid_alive(p)]}"
+
+
+FROZEN_WORKER = """
+import os, signal, sys, time
+import numpy as np
+import horovod.common as hvd
+hvd.init()
+hvd.allreduce(np.ones(1, np.float32), name="before")
+if hvd.rank() == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)  # frozen: alive, but silent
+try:
+    hvd.allreduce(np.ones(1, np.float32), name="after")
+except hvd.HorovodInternalError as e:
+    print("rank 0 saw:", e)
+sys.exit(0)  # rank 0 ends normally: only the frozen rank is left
+"""
+
+
+def test_static_job_with_a_frozen_rank_ends_naming_it():
+    start = time.monotonic()
+    result = horovodrun("-np", 2, sys.executable, "-c", FROZEN_WORKER, timeout=60,
+                        env=base_env(HOROVOD_PEER_TIMEOUT_SECONDS="3"))
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0, result.stderr
+    assert elapsed < 30, elapsed
+    assert "rank 1 (host localhost, local rank 1) stopped responding" in result.stderr, result.stderr
+    assert "job failed: rank 1" in result.stderr, result.stderr

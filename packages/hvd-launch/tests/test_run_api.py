@@ -85,7 +85,10 @@ def test_unpicklable_result_is_reported():
         horovod.runner.run(unpicklable_result, num_proc=1)
 
 
-def test_bad_arguments_fail_before_starting():
+def test_bad_arguments_fail_before_starting(monkeypatch):
+    # As if hvd-elastic were not installed.
+    monkeypatch.setitem(sys.modules, "horovod.runner.elastic", None)
+    monkeypatch.delattr(horovod.runner, "elastic", raising=False)
     with pytest.raises(BadInputError):
         horovod.runner.run(rank_times, args=(1,), num_proc=3, hosts="localhost:2")
     with pytest.raises(BadInputError, match="mutually exclusive"):

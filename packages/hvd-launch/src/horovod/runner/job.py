@@ -27,6 +27,11 @@ from horovod.runner.worker_guard import grace_seconds
 _GUARD_SLACK_SECONDS = 3.0
 
 
+def kill_deadline_seconds() -> float:
+    """Seconds after asking a worker to stop before its guard (or ssh client) is SIGKILLed."""
+    return grace_seconds() + _GUARD_SLACK_SECONDS
+
+
 @dataclasses.dataclass
 class WorkerCommand:
     """One process the job starts.
@@ -59,8 +64,13 @@ class WorkerExit:
     signal: Optional[int]
     stopped_by_launcher: bool = False
     remote_host: Optional[str] = None
+    # Why the launcher declared the worker failed while it was still running
+    # (e.g. its peers reported it frozen); overrides the exit status in messages.
+    reason: Optional[str] = None
 
     def describe(self) -> str:
+        if self.reason is not None:
+            return self.reason
         if self.signal is not None:
             try:
                 name = signal.Signals(self.signal).name
@@ -74,7 +84,7 @@ class WorkerExit:
 
     @property
     def failed(self) -> bool:
-        return self.signal is not None or self.code != 0
+        return self.reason is not None or self.signal is not None or self.code != 0
 
 
 @dataclasses.dataclass
@@ -97,8 +107,9 @@ class JobResult:
         return self.first_failure.code or 1
 
 
-class _OutputWriter:
-    """Serialises prefixed lines from all workers onto the launcher's streams."""
+class OutputWriter:
+    """Serialises prefixed lines from all workers onto the launcher's streams (shared with the
+    elastic driver, whose workers come and go)."""
 
     def __init__(self, with_timestamp: bool):
         self._lock = threading.Lock()
@@ -120,7 +131,7 @@ class _OutputWriter:
                 pass
 
 
-def _forward(pipe: BinaryIO, target: BinaryIO, writer: _OutputWriter, command: WorkerCommand,
+def _forward(pipe: BinaryIO, target: BinaryIO, writer: OutputWriter, command: WorkerCommand,
              stream: str) -> None:
     copy = None
     if command.output_dir:
@@ -148,7 +159,9 @@ def _stderr_target() -> BinaryIO:
     return getattr(sys.stderr, "buffer", sys.stderr)
 
 
-class _Worker:
+class Worker:
+    """One started WorkerCommand: its process, output threads and stop requests."""
+
     def __init__(self, command: WorkerCommand):
         self.command = command
         self.process: Optional[subprocess.Popen] = None
@@ -156,7 +169,7 @@ class _Worker:
         self.stop_sent_at: Optional[float] = None
         self.killed = False
 
-    def start(self, writer: _OutputWriter) -> None:
+    def start(self, writer: OutputWriter) -> None:
         self.process = subprocess.Popen(
             self.command.argv, env=self.command.env,
             stdin=subprocess.PIPE if self.command.guard_spec is not None else subprocess.DEVNULL,
@@ -242,8 +255,8 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
     Returns:
         JobResult
     """
-    writer = _OutputWriter(prefix_timestamp)
-    workers = [_Worker(c) for c in commands]
+    writer = OutputWriter(prefix_timestamp)
+    workers = [Worker(c) for c in commands]
     interrupted: List[int] = []
 
     def on_signal(signum, _frame):
@@ -264,7 +277,7 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
     suspect: Optional[WorkerExit] = None
     suspect_since = 0.0
     stopping = False
-    kill_after = grace_seconds() + _GUARD_SLACK_SECONDS
+    kill_after = kill_deadline_seconds()
     try:
         for worker in workers:
             if interrupted:

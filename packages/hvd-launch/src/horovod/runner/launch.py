@@ -324,6 +324,14 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         raise BadInputError(f"-np/--num-proc must be at least 1, got {num_proc}")
     if hosts is None:
         hosts = [HostSlots("localhost", num_proc)]
+    return launch_settings(args, hosts, num_proc)
+
+
+def launch_settings(args: argparse.Namespace, hosts: List[HostSlots], num_proc: int) -> LaunchSettings:
+    """LaunchSettings from the options every job shares (ssh, output, tuning...), with the given
+    hosts and rank count (the elastic driver's come from host discovery)."""
+    if not args.command:
+        raise BadInputError("no command given; usage: horovodrun -np 2 python train.py")
     if args.ssh_identity_file and not os.path.isfile(args.ssh_identity_file):
         raise BadInputError(f"-i/--ssh-identity-file {args.ssh_identity_file!r} does not exist")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
@@ -344,11 +352,14 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
 
 
 def _elastic_requested(args: argparse.Namespace) -> bool:
-    return any(getattr(args, dest) is not None for dest in ELASTIC_DESTS)
+    # As Horovod: a discovery script or a rank range makes a job elastic; the
+    # other elastic flags only tune such a job.
+    return any(getattr(args, dest, None) is not None
+               for dest in ("host_discovery_script", "min_num_proc", "max_num_proc"))
 
 
-def _run_elastic(args: argparse.Namespace) -> int:
-    # hvd-elastic installs horovod.runner.elastic with launch_elastic(args).
+def _elastic_module():
+    # hvd-elastic installs horovod.runner.elastic.
     try:
         elastic = importlib.import_module("horovod.runner.elastic")
     except ImportError:
@@ -357,7 +368,14 @@ def _run_elastic(args: argparse.Namespace) -> int:
         raise ElasticNotInstalledError(
             "elastic training (--min-np, --max-np, --host-discovery-script, ...) needs the "
             "hvd-elastic package: pip install hvd-elastic")
-    return elastic.launch_elastic(args)
+    return elastic
+
+
+def _run_elastic(args: argparse.Namespace):
+    """Runs an elastic job from parsed arguments, as Horovod's ``_run_elastic``: returns when
+    it succeeded (a function's results in rank order when ``args.run_func`` is set) and
+    raises RuntimeError naming the cause when it failed."""
+    return _elastic_module().run_elastic_args(args)
 
 
 def _inert_flag_notices(args: argparse.Namespace) -> List[str]:
@@ -368,6 +386,12 @@ def _inert_flag_notices(args: argparse.Namespace) -> List[str]:
         notices.append("--jsrun has no effect: hvd has no jsrun launcher; the ranks start as with --gloo")
     if args.disable_cache:
         notices.append("--disable-cache has no effect: hvd keeps no cache of host checks")
+    for dest, flag in (("elastic_timeout", "--elastic-timeout"), ("reset_limit", "--reset-limit"),
+                       ("slots_per_host", "--slots-per-host"), ("cooldown_range", "--cooldown-range"),
+                       ("blacklist_cooldown_range", "--blacklist-cooldown-range")):
+        if getattr(args, dest, None) is not None:
+            notices.append(f"{flag} has no effect: the job is not elastic (that takes --min-np, --max-np "
+                           "or --host-discovery-script)")
     return notices
 
 
@@ -395,7 +419,7 @@ def run_commandline(argv: Optional[List[str]] = None) -> int:
             check_build(verbose=bool(args.verbose))
             return 0
         if _elastic_requested(args):
-            return _run_elastic(args)
+            return _elastic_module().launch_elastic(args)
         settings = settings_from_args(args)
         for notice in _inert_flag_notices(args):
             sys.stderr.write(f"horovodrun: {notice}\n")

@@ -47,7 +47,7 @@ class LaunchSettings:
     extra_env: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _start_rendezvous(bind_host: str):
+def start_rendezvous(bind_host: str):
     try:
         from horovod.common.rendezvous import RendezvousServer, make_secret
     except ImportError as e:
@@ -90,7 +90,7 @@ def _log(settings: LaunchSettings, message: str) -> None:
         sys.stderr.flush()
 
 
-def _output_dir(settings: LaunchSettings, rank: int) -> Optional[str]:
+def output_dir(settings: LaunchSettings, rank: int) -> Optional[str]:
     if not settings.output_filename:
         return None
     return os.path.join(os.path.abspath(settings.output_filename), f"rank.{rank}")
@@ -131,10 +131,10 @@ def launch(settings: LaunchSettings,
     if settings.output_filename and not settings.use_mpi:
         for slot in slots:
             try:
-                os.makedirs(_output_dir(settings, slot.rank), exist_ok=True)
+                os.makedirs(output_dir(settings, slot.rank), exist_ok=True)
             except OSError as e:
                 raise BadInputError(f"--output-filename {settings.output_filename!r}: cannot create "
-                                    f"{_output_dir(settings, slot.rank)}: {e.strerror}") from None
+                                    f"{output_dir(settings, slot.rank)}: {e.strerror}") from None
     address = rendezvous_address(remote_hosts, interfaces)
     # Workers advertise the address of this interface to their peers; without
     # one, hvd-core uses the address each host routes to the store from.
@@ -146,7 +146,7 @@ def launch(settings: LaunchSettings,
 
     # A store only local workers reach over loopback stays off the network.
     loopback_only = address.startswith("127.") and not remote_hosts
-    server, secret, port = _start_rendezvous("127.0.0.1" if loopback_only else "0.0.0.0")
+    server, secret, port = start_rendezvous("127.0.0.1" if loopback_only else "0.0.0.0")
     _log(settings, f"rendezvous store at {address}:{port}; {len(slots)} rank(s) on "
                    f"{', '.join(used_hosts)}")
     try:
@@ -157,9 +157,12 @@ def launch(settings: LaunchSettings,
         if settings.use_mpi:
             commands = [_mpirun_command(settings, mpi_impl, slots, env, all_local=not remote_hosts)]
         else:
-            commands = [_gloo_command(settings, slot, env, slot.hostname in remote_hosts)
+            commands = [worker_command(settings, slot, env, slot.hostname in remote_hosts)
                         for slot in slots]
-        probe = _mpi_failure_probe(port, secret) if settings.use_mpi else None
+        probes = [_frozen_rank_probe(server)]
+        if settings.use_mpi:
+            probes.append(_mpi_failure_probe(port, secret))
+        probe = _first_report(probes)
         result = run_job(commands, prefix_timestamp=settings.prefix_timestamp,
                          on_failure=on_failure, verbose=settings.verbose, failure_probe=probe)
         if on_finished is not None:
@@ -169,8 +172,9 @@ def launch(settings: LaunchSettings,
         server.stop()
 
 
-def _gloo_command(settings: LaunchSettings, slot: SlotInfo, env: Dict[str, str],
-                  remote: bool) -> WorkerCommand:
+def worker_command(settings: LaunchSettings, slot: SlotInfo, env: Dict[str, str],
+                   remote: bool) -> WorkerCommand:
+    """The command that starts one rank at `slot` through the worker guard (over ssh when `remote`)."""
     worker_env = dict(env)
     worker_env.update(slot.to_env())
     label = str(slot.rank)
@@ -180,11 +184,11 @@ def _gloo_command(settings: LaunchSettings, slot: SlotInfo, env: Dict[str, str],
                             settings.ssh_port, settings.ssh_identity_file,
                             connect_timeout=settings.start_timeout)
         return WorkerCommand(label, argv, dict(os.environ), spec, remote_host=slot.hostname,
-                             output_dir=_output_dir(settings, slot.rank))
+                             output_dir=output_dir(settings, slot.rank))
     spec = {"argv": settings.command, "env": worker_env, "cwd": os.getcwd()}
     argv = [sys.executable, "-u", "-m", "horovod.runner.worker_guard"]
     return WorkerCommand(label, argv, dict(os.environ), spec,
-                         output_dir=_output_dir(settings, slot.rank))
+                         output_dir=output_dir(settings, slot.rank))
 
 
 # Who-am-I variables of an MPI launcher that horovodrun itself may run under:
@@ -217,6 +221,55 @@ def _mpirun_command(settings: LaunchSettings, mpi_impl, slots: Sequence[SlotInfo
     guard = [sys.executable, "-u", "-m", "horovod.runner.worker_guard"]
     spec = {"argv": argv, "env": mpi_env, "cwd": os.getcwd()}
     return WorkerCommand("mpirun", guard, dict(os.environ), spec, prefix_output=False)
+
+
+# The key an engine sets when a peer stopped sending anything (its heartbeats
+# included) for HOROVOD_PEER_TIMEOUT_SECONDS: "<job>/<start>/silent/<rank>",
+# where <start> is "g<n>" (the n-th hvd.init() of a process) or "r<n>" (round
+# n of an elastic job), valued "<reporting rank>\n<what it saw>".
+SILENT_RANK_KEY = re.compile(rb"^[0-9a-f]+/([gr][0-9]+)/silent/([0-9]+)$")
+
+
+def silent_rank_reports(server, on_report: Callable[[str, int, int], None]) -> None:
+    """Calls ``on_report(start, silent_rank, reporting_rank)`` whenever an engine reports a
+    peer that went silent (frozen, or cut off) to the store ``server`` runs."""
+    def watch(key: bytes, value: bytes) -> None:
+        match = SILENT_RANK_KEY.match(key)
+        if match is None:
+            return
+        reporter = value.decode("utf-8", "replace").partition("\n")[0]
+        try:
+            on_report(match.group(1).decode(), int(match.group(2)), int(reporter))
+        except ValueError:
+            pass
+    server.watch(watch)
+
+
+def _frozen_rank_probe(server):
+    """Returns a probe for a rank its peers reported silent: a frozen process never exits
+    by itself, so the job would otherwise wait for it for ever."""
+    reports: List[WorkerExit] = []
+
+    def on_report(start: str, silent: int, reporter: int) -> None:
+        reports.append(WorkerExit(str(silent), None, None, reason=frozen_reason(reporter)))
+
+    silent_rank_reports(server, on_report)
+    return lambda force=False: reports[0] if reports else None
+
+
+def frozen_reason(reporter: int) -> str:
+    return (f"stopped responding: rank {reporter} received nothing from it for "
+            f"HOROVOD_PEER_TIMEOUT_SECONDS (frozen, stopped or cut off from the network)")
+
+
+def _first_report(probes):
+    def probe(force: bool = False) -> Optional[WorkerExit]:
+        for p in probes:
+            reported = p(force)
+            if reported is not None:
+                return reported
+        return None
+    return probe
 
 
 def _mpi_failure_probe(port: int, secret: str, interval: float = 0.25):

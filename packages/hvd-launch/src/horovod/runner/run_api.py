@@ -18,6 +18,9 @@ from horovod.runner.launcher import DEFAULT_START_TIMEOUT, LaunchSettings, launc
 
 FUNCTION_KEY = "hvd.run/function"
 RESULT_KEY_PREFIX = "hvd.run/result/"
+# Workers report their result under the rank they have when the function
+# returns (in an elastic job, a rank of the last round), and that round's size.
+RESULT_SIZE_KEY = "hvd.run/size"
 
 
 class RemoteTraceback(Exception):
@@ -55,7 +58,11 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         use_mpi: Optional[bool] = None, mpi_args: Optional[str] = None,
         network_interfaces: Optional[str] = None, network_interface: Optional[str] = None,
         executable: Optional[str] = None, prefix_output_with_timestamp: bool = False,
-        np: Optional[int] = None, **unsupported) -> List[Any]:
+        np: Optional[int] = None, min_num_proc: Optional[int] = None, max_num_proc: Optional[int] = None,
+        slots: Optional[int] = None, reset_limit: Optional[int] = None,
+        cooldown_range: Optional[Sequence[int]] = None, host_discovery_script: Optional[str] = None,
+        elastic_timeout: Optional[float] = None, min_np: Optional[int] = None, max_np: Optional[int] = None,
+        **unsupported) -> List[Any]:
     """Launches a Horovod job that runs ``func(*args, **kwargs)`` on every rank.
 
     Args:
@@ -79,9 +86,21 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         network_interfaces: Interfaces to use (``network_interface`` is Horovod's spelling).
         executable: Python interpreter for the workers (default: this one).
         prefix_output_with_timestamp: Put the time in front of each output line.
+        min_num_proc, max_num_proc: Make the job elastic (needs hvd-elastic): it keeps
+            running with at least ``min_num_proc`` and at most ``max_num_proc`` ranks as
+            hosts fail or are added (``min_np``/``max_np`` are Horovod's old spellings).
+        host_discovery_script: Elastic: an executable printing the usable hosts (``host``
+            or ``host:slots`` lines), run every second; without it, ``hosts``/``hostfile``
+            are the fixed hosts of a fault-tolerant job.
+        slots: Elastic: slots of a discovered host printed without ``:slots`` (default 1).
+        reset_limit: Elastic: most resets before the job fails (default: no limit).
+        cooldown_range: Elastic: (min, max) seconds a failed host stays blacklisted
+            (default: for good).
+        elastic_timeout: Elastic: seconds to wait for enough slots (default 600).
 
     Returns:
-        The return values of ``func``, one per rank, in rank order.
+        The return values of ``func``, one per rank, in rank order (in an elastic job: the
+        ranks of its last round).
 
     Raises:
         The exception a rank raised (the first rank to fail), with the remote
@@ -91,15 +110,12 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         arguments or hosts that cannot be reached.
     """
     import cloudpickle
-    from horovod.common.rendezvous import RendezvousClient
 
     if unsupported:
-        elastic = {"min_num_proc", "max_num_proc", "min_np", "max_np", "slots", "reset_limit",
-                   "cooldown_range"}
-        if set(unsupported) & elastic:
-            raise BadInputError("elastic horovod.run() (min_num_proc, max_num_proc, ...) needs the "
-                                "hvd-elastic package: pip install hvd-elastic")
         raise TypeError(f"run() got unexpected keyword arguments: {', '.join(sorted(unsupported))}")
+    min_num_proc = min_num_proc if min_num_proc is not None else min_np
+    max_num_proc = max_num_proc if max_num_proc is not None else max_np
+    elastic = any(v is not None for v in (min_num_proc, max_num_proc, host_discovery_script))
     if use_gloo and use_mpi:
         raise BadInputError("use_gloo and use_mpi are mutually exclusive; choose one")
     if hosts and hostfile:
@@ -111,9 +127,11 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         host_list = parse_hostfile(hostfile)
     if num_proc is None:
         num_proc = np
+    if elastic:
+        num_proc = num_proc if num_proc is not None else min_num_proc
     if num_proc is None:
         num_proc = 1 if host_list is None else sum(h.slots for h in host_list)
-    if host_list is None:
+    if host_list is None and not elastic:
         host_list = [HostSlots("localhost", num_proc)]
 
     payload = cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
@@ -129,19 +147,29 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         extra_env={"PYTHONPATH": python_path} if python_path else {})
 
     results: Dict[int, tuple] = {}
+    final_size = [num_proc]
 
-    def store_function(_server, _addr, port, secret):
-        RendezvousClient("127.0.0.1", port, secret).set(FUNCTION_KEY, payload)
+    def store_function(server):
+        server.put(FUNCTION_KEY, payload)
 
-    def collect_results(_server, _addr, port, secret):
-        client = RendezvousClient("127.0.0.1", port, secret, timeout=5)
-        for rank in range(num_proc):
-            try:
-                results[rank] = cloudpickle.loads(client.get(RESULT_KEY_PREFIX + str(rank), timeout=0))
-            except Exception:  # Missing: the rank died before reporting.
-                pass
+    def collect_results(server):
+        if elastic:
+            # The ranks of the last round (a replaced worker's failure may
+            # have left a result under a rank that no longer exists).
+            value = server.read(RESULT_SIZE_KEY)
+            final_size[0] = int(value) if value else 0
+        for key in range(final_size[0]):
+            value = server.read(RESULT_KEY_PREFIX + str(key))
+            if value is not None:  # None: the rank died before reporting.
+                results[key] = cloudpickle.loads(value)
 
-    job = launch(settings, on_started=store_function, on_finished=collect_results)
+    if elastic:
+        job = _run_elastic_function(settings, store_function, collect_results, min_num_proc, max_num_proc,
+                                    host_discovery_script, slots, reset_limit, cooldown_range, elastic_timeout)
+        num_proc = final_size[0]
+    else:
+        job = launch(settings, on_started=lambda server, *_: store_function(server),
+                     on_finished=lambda server, *_: collect_results(server))
     if job.interrupted_by is not None:
         raise KeyboardInterrupt(f"horovod.run() interrupted by signal {job.interrupted_by}")
 
@@ -169,3 +197,16 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
     if missing:
         raise RuntimeError(f"horovod.run(): rank(s) {missing} exited without returning a result")
     return [results[rank][1] for rank in range(num_proc)]
+
+
+def _run_elastic_function(settings: LaunchSettings, on_started, on_finished, min_num_proc, max_num_proc,
+                          host_discovery_script, slots, reset_limit, cooldown_range, elastic_timeout):
+    try:
+        from horovod.runner import elastic
+    except ImportError:
+        raise BadInputError("elastic horovod.run() (min_num_proc, max_num_proc, host_discovery_script) needs "
+                            "the hvd-elastic package: pip install hvd-elastic") from None
+    return elastic.run_elastic_function(settings, on_started, on_finished, min_num_proc=min_num_proc,
+                                        max_num_proc=max_num_proc, host_discovery_script=host_discovery_script,
+                                        slots=slots, reset_limit=reset_limit, cooldown_range=cooldown_range,
+                                        elastic_timeout=elastic_timeout)

@@ -10,7 +10,8 @@ import os
 import sys
 import traceback
 
-from horovod.runner.run_api import FUNCTION_KEY, RESULT_KEY_PREFIX
+from horovod.common.elastic_rendezvous import LeftElasticJob
+from horovod.runner.run_api import FUNCTION_KEY, RESULT_KEY_PREFIX, RESULT_SIZE_KEY
 
 _RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
@@ -27,7 +28,7 @@ def main() -> int:
     import cloudpickle
     from horovod.common.rendezvous import RendezvousClient
 
-    rank = _rank()
+    _rank()  # fail early outside horovod.run()
     client = RendezvousClient(os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
                               int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
                               os.environ["HOROVOD_SECRET_KEY"], timeout=60)
@@ -35,6 +36,8 @@ def main() -> int:
     try:
         outcome = ("ok", func(*args, **kwargs))
         code = 0
+    except LeftElasticJob:
+        return 0  # the elastic driver left this worker out: it has no result
     except BaseException as e:  # SystemExit and KeyboardInterrupt are reported too.
         text = traceback.format_exc()
         sys.stderr.write(text)
@@ -50,7 +53,10 @@ def main() -> int:
         text = traceback.format_exc()
         blob = cloudpickle.dumps(("error", None, f"the return value could not be pickled:\n{text}"))
         code = 1
-    client.set(RESULT_KEY_PREFIX + rank, blob)
+    # Read now: in an elastic job the rank and size change with each reset,
+    # and the results are those of the last round.
+    client.set(RESULT_KEY_PREFIX + _rank(), blob)
+    client.set(RESULT_SIZE_KEY, os.environ.get("HOROVOD_SIZE", "1"))
     return code
 
 
