@@ -259,6 +259,9 @@ void Engine::start(const hvd_init_args* args) {
       std::getline(in, addresses[static_cast<size_t>(r)]);
     }
     connections_->set_peer_addresses(addresses);
+    liveness_ = std::make_unique<LivenessReporter>(make_http_store(addr, port, secret),
+                                                   key_prefix + "alive/" + std::to_string(t.rank),
+                                                   config_.peer_timeout_seconds);
   }
 
   // Local and cross topology: from the launcher when given, else derived
@@ -345,6 +348,7 @@ void Engine::stop() {
   sets.clear();
   timeline_.stop();
   connections_.reset();
+  liveness_.reset();
   store_.reset();
 }
 

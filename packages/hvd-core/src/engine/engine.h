@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/liveness.h"
 #include "engine/process_set.h"
 #include "engine/timeline.h"
 #include "hvd/c_api.h"
@@ -63,6 +64,7 @@ class Engine {
   EngineConfig config_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<ConnectionManager> connections_;
+  std::unique_ptr<LivenessReporter> liveness_;
   Timeline timeline_;
   ProcessSetContext context_;
   std::mutex sets_mu_;

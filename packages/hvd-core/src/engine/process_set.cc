@@ -55,8 +55,6 @@ constexpr auto kDriverCheck = std::chrono::milliseconds(1);
 // wait on the fast path lasts this long, so it costs nothing there.
 constexpr double kBlockedAfterSeconds = 0.2;
 constexpr auto kBlockedCheck = std::chrono::milliseconds(50);
-// How long a report to the rendezvous store may hold up a failure.
-constexpr double kReportSeconds = 1.0;
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -403,15 +401,6 @@ void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
       const std::string reason = ch.peer() + " sent nothing for " + std::to_string(static_cast<int>(timeout)) +
                                  " s: it is frozen, unreachable or dead (HOROVOD_PEER_TIMEOUT_SECONDS=" +
                                  std::to_string(timeout) + ")";
-      // The launcher watches for this key: a frozen process never exits by
-      // itself, so the launcher stops it (and an elastic job replaces it).
-      // The coordinator's channel i leads to member i; a worker's only one
-      // to the coordinator.
-      const int silent = ranks_[member_ == 0 ? i : 0];
-      if (context_.store != nullptr) {
-        context_.store->try_set(context_.key_prefix + "silent/" + std::to_string(silent),
-                                std::to_string(context_.global_rank) + "\n" + reason, kReportSeconds);
-      }
       throw_error(ErrorCode::kInternal, reason);
     }
   }

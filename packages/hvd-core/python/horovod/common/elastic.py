@@ -170,7 +170,12 @@ class ObjectState(State):
         self._set_attrs()
 
     def sync(self):
+        # Rank 0's current values, not its last saved ones (as Horovod does):
+        # after a host update interrupts training between two commits, the
+        # model a subclass broadcasts is the current one, and the plain values
+        # (step counters, say) must describe that same model.
         if self._saved_state:
+            self.save()
             self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
 
