@@ -149,3 +149,27 @@ def test_static_job_with_a_frozen_rank_ends_naming_it():
     assert elapsed < 30, elapsed
     assert "rank 1 (host localhost, local rank 1) stopped responding" in result.stderr, result.stderr
     assert "job failed: rank 1" in result.stderr, result.stderr
+
+
+RING_WITH_A_FROZEN_RANK = """
+import os, signal
+import numpy as np
+import horovod.common as hvd
+hvd.init()
+hvd.allreduce(np.ones(1 << 16, np.float32), name="before")
+if hvd.rank() == 2:
+    os.kill(os.getpid(), signal.SIGSTOP)
+hvd.allreduce(np.ones(1 << 16, np.float32), name="after")  # the others fail here, and exit 1
+"""
+
+
+def test_static_job_names_the_frozen_rank_not_the_neighbours_that_timed_out_waiting_for_it():
+    # In a ring rank 1 waits on rank 2 and rank 0 on rank 1: both report a
+    # timeout and exit with an error, but only rank 2 stopped.
+    start = time.monotonic()
+    result = horovodrun("-np", 3, sys.executable, "-c", RING_WITH_A_FROZEN_RANK, timeout=60,
+                        env=base_env(HOROVOD_PEER_TIMEOUT_SECONDS="3"))
+    assert result.returncode != 0, result.stderr
+    assert time.monotonic() - start < 30
+    assert "job failed: rank 2" in result.stderr, result.stderr
+    assert "stopped responding" in result.stderr, result.stderr

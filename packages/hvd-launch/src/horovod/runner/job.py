@@ -20,7 +20,7 @@ import threading
 import time
 from typing import BinaryIO, Dict, List, Optional, Sequence
 
-from horovod.runner.worker_guard import grace_seconds
+from horovod.runner.worker_guard import KILL_NOW, grace_seconds
 
 # Extra seconds the launcher waits beyond the guard's own grace period before
 # it SIGKILLs a guard (or ssh client) that did not stop.
@@ -199,6 +199,19 @@ class Worker:
             self._close_stdin()
             self._signal(signal.SIGTERM)
 
+    def kill(self) -> None:
+        """Stops the worker at once: a frozen process heeds nothing but SIGKILL, so its
+        guard (local or remote) sends that without a grace period."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        if self.command.guard_spec is not None and self.process.stdin is not None:
+            try:
+                self.process.stdin.write(KILL_NOW)
+                self.process.stdin.flush()
+            except (OSError, ValueError):  # ValueError: closed by an earlier stop request
+                pass
+        self.request_stop()
+
     def kill_if_overdue(self, deadline_seconds: float) -> None:
         if (self.stop_sent_at is not None and not self.killed and self.process.poll() is None
                 and time.monotonic() - self.stop_sent_at > deadline_seconds):
@@ -307,7 +320,7 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
                         on_failure(first_failure)
             if first_failure is None and not stopping and failure_probe is not None:
                 reported = failure_probe()
-                if reported is not None:
+                if reported is not None and reported.label not in exits:
                     first_failure = reported
                     if on_failure is not None:
                         on_failure(reported)

@@ -10,8 +10,9 @@ import dataclasses
 import os
 import re
 import sys
+import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from horovod.runner import mpi as mpi_launch
 from horovod.runner import ssh
@@ -223,43 +224,71 @@ def _mpirun_command(settings: LaunchSettings, mpi_impl, slots: Sequence[SlotInfo
     return WorkerCommand("mpirun", guard, dict(os.environ), spec, prefix_output=False)
 
 
-# The key an engine sets when a peer stopped sending anything (its heartbeats
-# included) for HOROVOD_PEER_TIMEOUT_SECONDS: "<job>/<start>/silent/<rank>",
-# where <start> is "g<n>" (the n-th hvd.init() of a process) or "r<n>" (round
-# n of an elastic job), valued "<reporting rank>\n<what it saw>".
-SILENT_RANK_KEY = re.compile(rb"^[0-9a-f]+/([gr][0-9]+)/silent/([0-9]+)$")
+# Each engine refreshes "<job>/<start>/alive/<rank>" every quarter of its
+# HOROVOD_PEER_TIMEOUT_SECONDS with "<beat> <peer timeout>", and sets it to
+# "stopped" when it shuts down (hvd-core's engine/liveness.h). <start> is
+# "g<n>" (the n-th hvd.init() of a process) or "r<n>" (round n of an elastic
+# job). A rank whose key goes stale is frozen: its peers notice too, but in a
+# ring each of them may blame its own neighbour; this watch blames no one
+# but the silent rank.
+ALIVE_KEY = re.compile(rb"^[0-9a-f]+/([gr][0-9]+)/alive/([0-9]+)$")
 
 
-def silent_rank_reports(server, on_report: Callable[[str, int, int], None]) -> None:
-    """Calls ``on_report(start, silent_rank, reporting_rank)`` whenever an engine reports a
-    peer that went silent (frozen, or cut off) to the store ``server`` runs."""
-    def watch(key: bytes, value: bytes) -> None:
-        match = SILENT_RANK_KEY.match(key)
+class LivenessWatch:
+    """The last sign of life of every rank's engine, from the store ``server`` runs."""
+
+    def __init__(self, server):
+        self._lock = threading.Lock()
+        self._last: Dict[Tuple[str, int], Tuple[float, Optional[float]]] = {}
+        server.watch(self._on_change)
+
+    def _on_change(self, key: bytes, value: bytes) -> None:
+        match = ALIVE_KEY.match(key)
         if match is None:
             return
-        reporter = value.decode("utf-8", "replace").partition("\n")[0]
+        fields = value.decode("ascii", "replace").split()
         try:
-            on_report(match.group(1).decode(), int(match.group(2)), int(reporter))
-        except ValueError:
-            pass
-    server.watch(watch)
+            timeout = None if fields == ["stopped"] else float(fields[1])
+        except (IndexError, ValueError):
+            return
+        with self._lock:
+            self._last[(match.group(1).decode(), int(match.group(2)))] = (time.monotonic(), timeout)
+
+    def silent(self, start: Optional[str] = None, suspicious: bool = False) -> List[Tuple[str, int, float]]:
+        """(start, rank, seconds) of every running engine silent for too long: 1.5 peer
+        timeouts plus a second, or - when `suspicious`, as a failure already happened -
+        half a peer timeout plus half a second (two missed beats). Only engines of
+        `start` when given."""
+        now = time.monotonic()
+        found = []
+        with self._lock:
+            for (at, rank), (seen, timeout) in self._last.items():
+                if timeout is None or (start is not None and at != start):
+                    continue
+                limit = timeout / 2 + 0.5 if suspicious else timeout * 1.5 + 1
+                if now - seen > limit:
+                    found.append((at, rank, now - seen))
+        return sorted(found, key=lambda f: -f[2])
+
+
+def frozen_reason(seconds: float) -> str:
+    return (f"stopped responding: no sign of life from its engine for {seconds:.1f} s "
+            "(frozen, stopped or cut off from the network; see HOROVOD_PEER_TIMEOUT_SECONDS)")
 
 
 def _frozen_rank_probe(server):
-    """Returns a probe for a rank its peers reported silent: a frozen process never exits
-    by itself, so the job would otherwise wait for it for ever."""
-    reports: List[WorkerExit] = []
+    """Returns a probe for a frozen rank: one never exits by itself, so the job would
+    otherwise wait for it for ever."""
+    watch = LivenessWatch(server)
 
-    def on_report(start: str, silent: int, reporter: int) -> None:
-        reports.append(WorkerExit(str(silent), None, None, reason=frozen_reason(reporter)))
+    def probe(force: bool = False) -> Optional[WorkerExit]:
+        silent = watch.silent(suspicious=force)
+        if not silent:
+            return None
+        _, rank, seconds = silent[0]
+        return WorkerExit(str(rank), None, None, reason=frozen_reason(seconds))
 
-    silent_rank_reports(server, on_report)
-    return lambda force=False: reports[0] if reports else None
-
-
-def frozen_reason(reporter: int) -> str:
-    return (f"stopped responding: rank {reporter} received nothing from it for "
-            f"HOROVOD_PEER_TIMEOUT_SECONDS (frozen, stopped or cut off from the network)")
+    return probe
 
 
 def _first_report(probes):

@@ -37,6 +37,11 @@ DEFAULT_GRACE_SECONDS = 5.0
 _LEFTOVER_GRACE_SECONDS = 1.0
 
 
+# Sent by the launcher on the guard's stdin (after the spec line): stop the
+# worker with SIGKILL at once.
+KILL_NOW = b"kill now\n"
+
+
 def grace_seconds() -> float:
     """Returns the SIGTERM-to-SIGKILL grace period (``HVDRUN_KILL_GRACE_SECONDS``, default 5)."""
     try:
@@ -151,11 +156,22 @@ def main(argv=None) -> int:
         return 127
     pgid = worker.pid
 
+    kill_requested = threading.Event()
+
     def watch_launcher():
-        # Blocks until the launcher closes our stdin or disappears.
+        # Blocks until the launcher closes our stdin or disappears. Before
+        # that it may send KILL_NOW: a frozen worker heeds nothing but SIGKILL,
+        # and waiting out the grace period would only delay the job.
+        received = b""
         try:
-            while os.read(0, 4096):
-                pass
+            while True:
+                chunk = os.read(0, 4096)
+                if not chunk:
+                    break
+                received = (received + chunk)[-len(KILL_NOW):]
+                if received == KILL_NOW:
+                    kill_requested.set()
+                    break
         except OSError:
             pass
         stop_requested.set()
@@ -166,10 +182,10 @@ def main(argv=None) -> int:
     while worker.poll() is None:
         if stop_requested.is_set():
             now = time.monotonic()
-            if kill_deadline is None:
+            if kill_deadline is None and not kill_requested.is_set():
                 _signal_group(pgid, signal.SIGTERM)
                 kill_deadline = now + grace_seconds()
-            elif now >= kill_deadline:
+            elif kill_requested.is_set() or now >= kill_deadline:
                 _signal_group(pgid, signal.SIGKILL)
             time.sleep(0.05)
         else:
