@@ -38,7 +38,7 @@ python -m pip install -q --disable-pip-version-check torch==2.13.0
 python -m pip install -q --disable-pip-version-check tensorflow-cpu==2.21.0
 python -m pip install -q --disable-pip-version-check --no-deps tf-keras==2.21.0
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
-  ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-torch
+  ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-torch ./packages/hvd-elastic
 # hvd-tensorflow compiles against the TensorFlow installed above: no isolation.
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   ./packages/hvd-tensorflow
@@ -65,7 +65,7 @@ echo "== Python tests"
 cd "$ROOT/build"
 status=0
 for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
-    packages/hvd-tensorflow/tests; do
+    packages/hvd-tensorflow/tests packages/hvd-elastic/tests; do
   echo "-- $tests"
   python -m pytest -p no:cacheprovider --timeout=300 -q "$@" "$ROOT/$tests" || status=1
 done
