@@ -28,6 +28,9 @@ class StateHandler:
     def sync(self):
         raise NotImplementedError()
 
+    def reset(self):
+        """Called after every reset, before any sync (which may be skipped)."""
+
     def set_value(self, value):
         """Tracks a new object (assigned to the state's attribute); it is saved at once."""
         self.value = value
@@ -68,6 +71,12 @@ class SamplerStateHandler(_StateDictHandler):
 
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+    def reset(self):
+        # After a reset that only removed hosts the ranks skip the sync, but
+        # the unprocessed rest of the epoch must still be split over the new
+        # number of ranks (every rank counted the same processed samples).
+        self.value.reset()
 
 
 _handler_registry = [
@@ -131,6 +140,11 @@ class TorchState(ObjectState):
         for handler in self._handlers.values():
             handler.restore()
         super().restore()
+
+    def reset(self):
+        for handler in self._handlers.values():
+            handler.reset()
+        super().reset()
 
     def sync(self):
         # What rank 0 sent is the state every rank agrees on: a restore
