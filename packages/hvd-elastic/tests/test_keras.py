@@ -39,3 +39,17 @@ def test_new_worker_joins_a_running_fit(tmp_path):
     newcomer = [e for e in job.events("start") if e["host"] == local_hosts(3)[2]]
     assert len(newcomer) == 1 and newcomer[0]["epoch"] >= 1
     assert_no_worker_left(job)
+
+
+def test_new_worker_with_an_unbuilt_optimizer_joins_a_custom_training_loop(tmp_path):
+    hosts = [h + ":1" for h in local_hosts(3)]
+    job = Job(tmp_path, hosts=hosts[:2], script=os.path.join(HERE, "tf_elastic_loop.py"))
+    job.run("-np", 2, "--min-np", 2, "--max-np", 3, timeout=240,
+            train_args=["--hosts-file", job.hosts_file, "--add-hosts", ",".join(hosts), "--final-size", 3])
+    assert job.result.returncode == 0, job.describe()
+    done = job.events("done")
+    assert sorted(e["rank"] for e in done) == [0, 1, 2], job.describe()
+    assert all(e["weights"] == done[0]["weights"] for e in done)
+    newcomer = next(e for e in done if e["host"] == local_hosts(3)[2])
+    assert newcomer["starts"][0][0] >= 3  # it started from the others' state
+    assert_no_worker_left(job)

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
-from horovod.tensorflow.functions import broadcast_object, broadcast_object_fn, broadcast_variables
+from horovod.tensorflow.functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables
 from horovod.tensorflow.mpi_ops import init, rank, shutdown
 from horovod.tensorflow.util import _executing_eagerly
 
@@ -112,11 +112,31 @@ class TensorFlowKerasState(ObjectState):
         if _executing_eagerly() or self.backend is None:
             # Read now: the optimizer may have created its slots since the
             # state was made.
-            broadcast_variables(self._variables(), root_rank=0)
+            broadcast_variables(self._same_variables_on_every_rank(), root_rank=0)
         else:
             self.backend.get_session().run(self._graph_bcast_op)
         self._save_model()
         super().sync()
+
+    def _same_variables_on_every_rank(self):
+        # A worker that joins a running job has an optimizer that has not
+        # stepped yet; Keras creates its slot variables lazily, so it would
+        # have fewer variables than rank 0 and wait in a broadcast the others
+        # never make (Horovod issue 2652). Building the optimizer creates them.
+        optimizer = self.optimizer
+        if optimizer is not None and hasattr(optimizer, "build"):
+            built = getattr(optimizer, "built", None)
+            if built is None:
+                built = getattr(optimizer, "_built", False)  # tf-keras
+            if not built:
+                optimizer.build(self.model.trainable_variables)
+        variables = self._variables()
+        counts = allgather_object(len(variables), name="elastic.state_variable_count")
+        if len(set(counts)) > 1:
+            raise ValueError("TensorFlowKerasState.sync: the ranks track different numbers of variables %s "
+                             "(model and optimizer); rank 0's cannot be copied to the others. Build the model "
+                             "and optimizer the same way on every rank before training." % counts)
+        return variables
 
     def _save_model(self):
         if _executing_eagerly():
@@ -180,6 +200,26 @@ class TensorFlowState(ObjectState):
             _graph_session_or_fail(self.session, "TensorFlowState.sync()").run(self._graph_bcast_op)
         self._save_model()
         super().sync()
+
+    def _same_variables_on_every_rank(self):
+        # A worker that joins a running job has an optimizer that has not
+        # stepped yet; Keras creates its slot variables lazily, so it would
+        # have fewer variables than rank 0 and wait in a broadcast the others
+        # never make (Horovod issue 2652). Building the optimizer creates them.
+        optimizer = self.optimizer
+        if optimizer is not None and hasattr(optimizer, "build"):
+            built = getattr(optimizer, "built", None)
+            if built is None:
+                built = getattr(optimizer, "_built", False)  # tf-keras
+            if not built:
+                optimizer.build(self.model.trainable_variables)
+        variables = self._variables()
+        counts = allgather_object(len(variables), name="elastic.state_variable_count")
+        if len(set(counts)) > 1:
+            raise ValueError("TensorFlowKerasState.sync: the ranks track different numbers of variables %s "
+                             "(model and optimizer); rank 0's cannot be copied to the others. Build the model "
+                             "and optimizer the same way on every rank before training." % counts)
+        return variables
 
     def _save_model(self):
         if _executing_eagerly():
