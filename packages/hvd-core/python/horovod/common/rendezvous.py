@@ -17,6 +17,7 @@ import http.server
 import logging
 import re
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -229,6 +230,13 @@ class _ThreadingServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     # The launcher may restart on the same port right after a failed job.
     allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        # A client that went away (a worker stopped while it waited for a key)
+        # is no error of the store's; anything else is reported as usual.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class RendezvousServer:
