@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,10 +85,24 @@ class Job:
                                                              discovery=discovery),
                                         env=env or base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True, stdin=subprocess.DEVNULL, cwd=self.dir, start_new_session=True)
+        # Read as it comes, so a test can react to what the driver says.
+        self.output = {"stdout": [], "stderr": []}
+        self._readers = [threading.Thread(target=self._read, args=(stream, self.output[name]), daemon=True)
+                         for name, stream in (("stdout", self.process.stdout), ("stderr", self.process.stderr))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, lines):
+        for line in stream:
+            lines.append(line)
+
+    def stderr_so_far(self):
+        return "".join(self.output["stderr"])
 
     def wait(self, timeout=120):
         try:
-            stdout, stderr = self.process.communicate(timeout=timeout)
+            self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             for pid in self.pids():  # stopped workers do not die of the group's SIGKILL alone
@@ -95,8 +110,13 @@ class Job:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            stdout, stderr = self.process.communicate()
-            raise AssertionError(f"the job did not end within {timeout} s\n--- stderr\n{stderr[-6000:]}")
+            self.process.wait()
+            raise AssertionError(f"the job did not end within {timeout} s\n--- stderr\n"
+                                 f"{self.stderr_so_far()[-6000:]}")
+        finally:
+            for reader in self._readers:
+                reader.join(timeout=10)
+        stdout, stderr = "".join(self.output["stdout"]), self.stderr_so_far()
         self.elapsed = time.monotonic() - self.started
         self.ended_at = time.time()  # comparable with the workers' log times
         self.result = subprocess.CompletedProcess(self.process.args, self.process.returncode, stdout, stderr)

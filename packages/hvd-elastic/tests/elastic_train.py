@@ -101,6 +101,9 @@ def main():
     parser.add_argument("--until-sizes", default=None,
                         help="SIZE,SIZE,...: after --steps, keep training (up to 1000 more steps) until the "
                              "sizes the job trained at, in order, end with these")
+    parser.add_argument("--until-file", default=None,
+                        help="after --steps, keep training (up to 1000 more steps) until this file exists "
+                             "(rank 0 looks, and tells the others)")
     parser.add_argument("--process-sets", action="store_true",
                         help="use a static process set of ranks 0 and 1 and a dynamic one of ranks 0 and 2 "
                              "in every step (Horovod issue 4021: they must survive resets)")
@@ -136,7 +139,11 @@ def main():
     def finished():
         if state.step < args.steps:
             return False
-        if args.until_sizes is None or state.step >= args.steps + 1000:
+        if state.step >= args.steps + 1000:
+            return True
+        if args.until_file is not None:
+            return hvd.broadcast_object(os.path.exists(args.until_file), root_rank=0, name="until_file")
+        if args.until_sizes is None:
             return True
         wanted = [int(size) for size in args.until_sizes.split(",")]
         return size_stretches(state.history)[-len(wanted):] == wanted

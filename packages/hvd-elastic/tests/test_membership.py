@@ -18,6 +18,9 @@ def test_added_hosts_join_at_the_next_commit_and_receive_the_state(tmp_path):
     assert len(newcomers) == 2
     # They started from the state the others had committed, not from scratch.
     assert all(e["step"] >= 4 for e in newcomers), newcomers
+    # The hosts that were there first keep the lowest ranks.
+    ranks = {e["host"]: e["rank"] for e in job.events("done")}
+    assert [ranks[h] for h in local_hosts(4)[:2]] == [0, 1], ranks
     assert "blacklisted" not in job.result.stderr
     assert_no_worker_left(job)
 
@@ -50,14 +53,22 @@ def test_survivors_below_min_np_wait_for_new_hosts_then_everyone_syncs(tmp_path)
     # the state sync the newcomer waits in.
     names = local_hosts(3)
     job = Job(tmp_path, hosts=[names[0] + ":1", names[1] + ":1"])
+    enough = tmp_path / "enough"
     job.start("-np", 2, "--min-np", 2, "--max-np", 2, "--elastic-timeout", 60,
-              train_args=["--steps", 14, *job.hosts_at(4, [names[0] + ":1"])])
-    deadline = time.monotonic() + 60
-    while job.hosts_file.read_text().split() != [names[0] + ":1"]:
-        assert time.monotonic() < deadline and job.process.poll() is None, "the job never removed the host"
-        time.sleep(0.1)
-    time.sleep(3)  # the survivor is now waiting for a second slot
+              train_args=["--steps", 14, "--until-file", enough, *job.hosts_at(4, [names[0] + ":1"])])
+
+    def wait_for(what, condition):
+        deadline = time.monotonic() + 90
+        while not condition():
+            assert time.monotonic() < deadline and job.process.poll() is None, \
+                f"{what} never happened\n{job.stderr_so_far()}"
+            time.sleep(0.1)
+
+    wait_for("the removal", lambda: "notifying the workers: hosts removed" in job.stderr_so_far())
+    time.sleep(3)  # the survivor resets and waits for a second slot
     job.set_hosts([names[0] + ":1", names[2] + ":1"])
+    wait_for("the new worker's start", lambda: any(e["host"] == names[2] for e in job.events("start")))
+    enough.touch()
     job.wait(timeout=90)
     history = assert_trained_consistently(job, size=2, steps=14)
     assert {size for _, size in history} == {2}
