@@ -104,6 +104,8 @@ def main():
     parser.add_argument("--until-file", default=None,
                         help="after --steps, keep training (up to 1000 more steps) until this file exists "
                              "(rank 0 looks, and tells the others)")
+    parser.add_argument("--sleep-before-training", type=float, default=0,
+                        help="seconds between hvd.init() and the training function (a slow start-up)")
     parser.add_argument("--process-sets", action="store_true",
                         help="use a static process set of ranks 0 and 1 and a dynamic one of ranks 0 and 2 "
                              "in every step (Horovod issue 4021: they must survive resets)")
@@ -173,7 +175,8 @@ def main():
                     raise RuntimeError("injected failure at step %d on rank %d" % (step, hvd.rank()))
             optimizer.step()
             for process_set in sets:
-                if process_set.included():
+                # A set left unregistered by a shrink (its ranks are gone) is skipped.
+                if process_set.process_set_id is not None and process_set.included():
                     total = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=process_set)
                     if int(total) != process_set.size():
                         raise AssertionError("allreduce on %s gave %s" % (process_set, total))
@@ -185,6 +188,7 @@ def main():
             else:
                 state.check_host_updates()
 
+    time.sleep(args.sleep_before_training)
     train(state)
     record("done", step=state.step, history=state.history, params=flat_parameters(model))
 

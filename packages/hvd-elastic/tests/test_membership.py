@@ -85,3 +85,22 @@ def test_worker_failing_while_discovery_is_slow(tmp_path):
     job.run("-np", 3, "--min-np", 1, train_args=["--steps", 20, "--step-seconds", 0.1, "--fail", "6:1:kill"])
     assert_trained_consistently(job, size=2, steps=20)
     assert_no_worker_left(job)
+
+
+def test_host_added_before_the_workers_first_listen_is_not_missed(tmp_path):
+    # The workers spend 3 s between hvd.init() and the training function, so
+    # the driver announces the new host before they listen for announcements.
+    hosts = [h + ":1" for h in local_hosts(3)]
+    job = Job(tmp_path, hosts=hosts[:2])
+    job.start("-np", 2, "--min-np", 2, "--max-np", 3,
+              train_args=["--steps", 10, "--until-sizes", "2,3", "--sleep-before-training", 3])
+    deadline = time.monotonic() + 60
+    while "round 1:" not in job.stderr_so_far():
+        assert time.monotonic() < deadline and job.process.poll() is None, job.stderr_so_far()
+        time.sleep(0.1)
+    job.set_hosts(hosts)
+    job.wait(timeout=120)
+    history = assert_trained_consistently(job, size=3, steps=10)
+    assert _sizes(history) == [2, 3]
+    assert len(history) < 1000, "the job never grew: the announcement was lost"
+    assert_no_worker_left(job)

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from horovod.common.elastic_rendezvous import round_horizon
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 __all__ = ["HostUpdateResult", "State", "ObjectState", "WorkerNotificationManager", "notification_manager",
@@ -90,9 +91,18 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
-        # Notifications queued before the reset describe the membership that
-        # the reset has just replaced.
-        self._host_messages = queue.Queue()
+        # Notifications from before the reset describe the membership that the
+        # reset has just replaced. With hvd's driver the new round says which
+        # those are; later ones (published while this process rejoined) stay.
+        horizon = round_horizon()
+        old, self._host_messages = self._host_messages, queue.Queue()
+        while horizon is not None:
+            try:
+                timestamp, update = old.get_nowait()
+            except queue.Empty:
+                break
+            if timestamp > horizon:
+                self._host_messages.put((timestamp, update))
         self.reset()
         for callback in self._reset_callbacks:
             callback()
@@ -115,7 +125,7 @@ class State:
     def check_host_updates(self):
         """Raises ``HostsUpdatedInterrupt`` on every rank when the driver has announced that
         hosts were added or removed since the last check."""
-        previous = self._last_updated_timestamp
+        previous = max(self._last_updated_timestamp, round_horizon() or 0)
         newest, what = previous, HostUpdateResult.no_update
         while True:
             try:

@@ -11,7 +11,7 @@ import threading
 import time
 
 __all__ = ["Assignment", "LeftElasticJob", "ready_key", "assignment_key", "notification_key", "LATEST_NOTIFICATION_KEY",
-           "worker_id", "is_elastic", "join_round", "start_notification_listener"]
+           "worker_id", "is_elastic", "join_round", "round_horizon", "start_notification_listener"]
 
 # A worker is known by where the driver started it: "<host>:<slot on the host>"
 # (Horovod's naming). It stays the same for the life of the process.
@@ -45,19 +45,23 @@ class Assignment:
     local_size: int
     cross_rank: int
     cross_size: int
+    # The timestamp of the newest host update the driver had published when it
+    # formed the round: the round already reflects it and every older one.
+    horizon: float = 0.0
 
     EXIT = b"exit"  # the value for a worker that is not part of the new round
 
     def encode(self):
-        return ("%d %d %d %d %d %d %d" % (self.round, self.rank, self.size, self.local_rank, self.local_size,
-                                          self.cross_rank, self.cross_size)).encode("ascii")
+        return ("%d %d %d %d %d %d %d %.6f" % (self.round, self.rank, self.size, self.local_rank, self.local_size,
+                                               self.cross_rank, self.cross_size, self.horizon)).encode("ascii")
 
     @classmethod
     def decode(cls, value):
         """The Assignment in `value`, or None for Assignment.EXIT."""
         if value == cls.EXIT:
             return None
-        return cls(*(int(field) for field in value.decode("ascii").split()))
+        fields = value.decode("ascii").split()
+        return cls(*(int(field) for field in fields[:7]), float(fields[7]))
 
     def environment(self):
         """The variables hvd-core's engine reads its place in the job from."""
@@ -88,6 +92,7 @@ def is_elastic():
 
 _identity = None
 _joins = 0
+_assignment = None  # this worker's place in its current round
 _lock = threading.Lock()
 
 
@@ -117,7 +122,7 @@ def join_round():
     """Tells the driver this worker is ready and waits for its place in the next round;
     sets the HOROVOD_* variables the engine starts from. Called by hvd.init() in an
     elastic job. A worker the driver leaves out (its host was removed) exits here."""
-    global _joins
+    global _joins, _assignment
     with _lock:
         worker = worker_id()
         client = _client(timeout=_join_timeout())
@@ -129,7 +134,14 @@ def join_round():
         raise LeftElasticJob("hvd: elastic worker %s is not part of the job's next round (its host or slot was "
                              "removed); exiting" % worker)
     os.environ.update(assignment.environment())
+    _assignment = assignment
     return assignment
+
+
+def round_horizon():
+    """The timestamp up to which host updates are already part of this worker's round (None
+    outside an elastic job): such updates need no reset."""
+    return _assignment.horizon if _assignment is not None else None
 
 
 _listener = None
@@ -148,11 +160,11 @@ def start_notification_listener(deliver):
 
 
 def _listen(deliver):
+    # From the first update on: one published after this worker's round
+    # formed but before this thread started still needs acting on; older ones
+    # are skipped by their timestamp.
     client = _client(timeout=5.0)
-    try:
-        number = int(client.get(LATEST_NOTIFICATION_KEY, timeout=0) or b"0") + 1
-    except Exception:  # none published yet
-        number = 1
+    number = 1
     while True:
         try:
             value = client.get(notification_key(number), timeout=3600.0)
@@ -162,5 +174,7 @@ def _listen(deliver):
             time.sleep(0.5)
             continue
         timestamp, result = value.decode("ascii").split()
-        deliver(float(timestamp), int(result))
+        horizon = round_horizon()
+        if horizon is None or float(timestamp) > horizon:
+            deliver(float(timestamp), int(result))
         number += 1

@@ -118,6 +118,7 @@ class ElasticDriver:
         self._result: Optional[ElasticResult] = None
         self._stop_discovery = threading.Event()
         self._local_names = local_host_names()
+        self._failed_in_order: List[_Member] = []  # as their exits were seen
 
     # -- the loop --------------------------------------------------------------
 
@@ -164,6 +165,8 @@ class ElasticDriver:
                 self._events.put(("hosts", self._settings.discovery.find_available_hosts_and_slots()))
             except HostDiscoveryError as e:
                 self._events.put(("discovery_failed", str(e)))
+            except Exception as e:  # a bug here must not silently end discovery
+                self._events.put(("discovery_failed", f"{type(e).__name__}: {e}"))
 
     def _on_store_change(self, key: bytes, value: bytes) -> None:
         # Runs on the store's request threads: only hand the event over.
@@ -225,6 +228,7 @@ class ElasticDriver:
             if member.dismissed:
                 continue
             if member.exit.failed:
+                self._failed_in_order.append(member)
                 self._hosts.blacklist(member.host)
                 self._say(f"{member.describe(self._round)} {member.exit.describe()}; host {member.host} "
                           "blacklisted")
@@ -331,7 +335,7 @@ class ElasticDriver:
         started = []
         for slot in slots:
             assignment = Assignment(self._round, slot.rank, slot.size, slot.local_rank, slot.local_size,
-                                    slot.cross_rank, slot.cross_size)
+                                    slot.cross_rank, slot.cross_size, horizon=self._last_notification)
             member = by_id.get(f"{slot.hostname}:{slot.local_rank}")
             if member is None:
                 member = self._start_worker(slot, assignment)
@@ -416,6 +420,8 @@ class ElasticDriver:
             self._result = ElasticResult(0, rounds=self._round)
 
     def _fail_workers(self, failed: List[_Member]) -> None:
+        failed = sorted(failed, key=lambda m: self._failed_in_order.index(m) if m in self._failed_in_order
+                        else len(self._failed_in_order))
         first = failed[0].exit if failed else None
         detail = ""
         if failed:
