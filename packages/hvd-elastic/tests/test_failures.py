@@ -63,11 +63,17 @@ def test_fixed_hosts_give_fault_tolerance_without_discovery(tmp_path):
     assert_no_worker_left(job)
 
 
-def test_process_sets_survive_a_reset(tmp_path):
+@pytest.mark.parametrize("workers", [4, 3])
+def test_process_sets_survive_a_reset(tmp_path, workers):
     # Horovod issue 4021: static and dynamic process sets must exist again,
-    # with the same ranks, on the engine of every new round.
-    job = Job(tmp_path, hosts=[h + ":1" for h in local_hosts(4)])
-    job.run("-np", 4, "--min-np", 3, train_args=["--steps", 12, "--process-sets", "--fail", "5:3:kill"],
+    # with the same ranks, on the engine of every new round. From 3 workers
+    # to 2, the static set {0, 1} becomes the whole job (the global set
+    # stands in for it) and the dynamic {0, 2} no longer fits.
+    job = Job(tmp_path, hosts=[h + ":1" for h in local_hosts(workers)])
+    job.run("-np", workers, "--min-np", workers - 1,
+            train_args=["--steps", 12, "--process-sets", "--fail", f"5:{workers - 1}:kill"],
             env=base_env(HOROVOD_DYNAMIC_PROCESS_SETS=1))
-    assert_trained_consistently(job, size=3, steps=12)
+    assert_trained_consistently(job, size=workers - 1, steps=12)
+    if workers == 3:
+        assert "does not fit the job's 2 ranks" in job.result.stderr
     assert_no_worker_left(job)

@@ -133,8 +133,9 @@ class HorovodBasics:
                     # Each start of an elastic worker is a new round: the
                     # driver says which rank and size this one has.
                     assignment = elastic_rendezvous.join_round()
-                    if replay:
-                        process_sets = _process_sets._static_sets_for(assignment.size)
+                    # The remembered static sets (those just given, too) that
+                    # fit this round's size.
+                    process_sets = _process_sets._static_sets_for(assignment.size)
                 args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
                 flat = [r for ps in process_sets for r in ps.ranks]
                 ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
@@ -157,6 +158,8 @@ class HorovodBasics:
                 self._check_comm_covers_the_job(comm)
             self._mpi_enabled = mpi_data_plane and self._topology.size > 1
             _process_sets._on_init(self._topology.size, process_sets)
+            if elastic:
+                _process_sets._alias_whole_job(self._topology.size)
             if replay:
                 _process_sets._register_dynamic_again(self._topology.size)
             if not self._atexit_registered:

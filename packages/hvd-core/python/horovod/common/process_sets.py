@@ -135,9 +135,12 @@ def _on_shutdown():
 
 
 def _fitting(process_sets, size):
-    """The sets whose ranks all exist in a job of `size` ranks; the others get a warning."""
+    """The sets whose ranks all exist in a job of `size` ranks, but not all of them (those
+    stand for the global set: see _alias_whole_job); the others get a warning."""
     fitting = []
     for ps in process_sets:
+        if list(ps.ranks) == list(range(size)):
+            continue
         if ps.ranks and ps.ranks[-1] < size:
             fitting.append(ps)
         else:
@@ -150,6 +153,14 @@ def _fitting(process_sets, size):
 def _static_sets_for(size):
     """The remembered static sets that fit `size` ranks, to register at an elastic re-init."""
     return _fitting(_static_sets, size)
+
+
+def _alias_whole_job(size):
+    """After an elastic re-init: a remembered set that now has every rank of the job is the
+    global set (the engine keeps no duplicate of it), so it takes the global set's id."""
+    for ps in _static_sets + _dynamic_sets:
+        if list(ps.ranks) == list(range(size)):
+            ps.process_set_id = 0
 
 
 def _register_dynamic_again(size):
