@@ -52,7 +52,7 @@ def main():
 
     class Events(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            if epoch == args.add_hosts_at_epoch and hvd.rank() == 0 and once("add"):
+            if state.epoch == args.add_hosts_at_epoch and hvd.rank() == 0 and once("add"):
                 with open(args.hosts_file + ".tmp", "w") as f:
                     f.write(args.add_hosts.replace(",", "\n") + "\n")
                 os.replace(args.hosts_file + ".tmp", args.hosts_file)
@@ -64,15 +64,16 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
 
         def on_epoch_end(self, epoch, logs=None):
-            record("epoch", epoch=epoch)
+            record("epoch", epoch=state.epoch)
 
     @hvd.elastic.run
     def train(state):
         record("start", epoch=state.epoch)
         callbacks = [hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state),
                      hvd.elastic.CommitStateCallback(state, batches_per_commit=2), Events()]
-        model.fit(x, y, batch_size=8, epochs=args.epochs, initial_epoch=state.epoch, callbacks=callbacks,
-                  verbose=0)
+        # UpdateEpochStateCallback counts from the epoch the state had when fit
+        # began, so fit runs only the epochs that are left (Horovod's pattern).
+        model.fit(x, y, batch_size=8, epochs=args.epochs - state.epoch, callbacks=callbacks, verbose=0)
 
     train(state)
     record("done", epoch=state.epoch, weights=[w.ravel().tolist() for w in model.get_weights()])

@@ -5,6 +5,7 @@
 # mode and in tf.compat.v1 graph mode (through a session).
 """Elastic training with TensorFlow (``hvd.elastic``)."""
 
+import contextlib
 import re
 
 import tensorflow as tf
@@ -44,13 +45,21 @@ def run(func):
     the collective.
     """
     def failures_as_internal_errors(state, *args, **kwargs):
-        try:
+        with _hvd_failures_as_internal_errors():
             return func(state, *args, **kwargs)
-        except tf.errors.UnknownError as e:
-            if _HVD_OP_FAILURE.search(e.message or ""):
-                raise HorovodInternalError(e.message) from e
-            raise
     return run_fn(failures_as_internal_errors, _reset)
+
+
+@contextlib.contextmanager
+def _hvd_failures_as_internal_errors():
+    # TF reports a failed hvd op as UnknownError("Horovod<Op>: ..."); the
+    # elastic loop recovers from HorovodInternalError only.
+    try:
+        yield
+    except tf.errors.UnknownError as e:
+        if _HVD_OP_FAILURE.search(e.message or ""):
+            raise HorovodInternalError(e.message) from e
+        raise
 
 
 def _session(session):
@@ -109,14 +118,15 @@ class TensorFlowKerasState(ObjectState):
         super().restore()
 
     def sync(self):
-        if _executing_eagerly() or self.backend is None:
-            # Read now: the optimizer may have created its slots since the
-            # state was made.
-            broadcast_variables(self._same_variables_on_every_rank(), root_rank=0)
-        else:
-            self.backend.get_session().run(self._graph_bcast_op)
-        self._save_model()
-        super().sync()
+        with _hvd_failures_as_internal_errors():
+            if _executing_eagerly() or self.backend is None:
+                # Read now: the optimizer may have created its slots since the
+                # state was made.
+                broadcast_variables(self._same_variables_on_every_rank(), root_rank=0)
+            else:
+                self.backend.get_session().run(self._graph_bcast_op)
+            self._save_model()
+            super().sync()
 
     def _same_variables_on_every_rank(self):
         # A worker that joins a running job has an optimizer that has not
@@ -194,32 +204,13 @@ class TensorFlowState(ObjectState):
         super().restore()
 
     def sync(self):
-        if _executing_eagerly():
-            broadcast_variables(self.variables, root_rank=0)
-        else:
-            _graph_session_or_fail(self.session, "TensorFlowState.sync()").run(self._graph_bcast_op)
-        self._save_model()
-        super().sync()
-
-    def _same_variables_on_every_rank(self):
-        # A worker that joins a running job has an optimizer that has not
-        # stepped yet; Keras creates its slot variables lazily, so it would
-        # have fewer variables than rank 0 and wait in a broadcast the others
-        # never make (Horovod issue 2652). Building the optimizer creates them.
-        optimizer = self.optimizer
-        if optimizer is not None and hasattr(optimizer, "build"):
-            built = getattr(optimizer, "built", None)
-            if built is None:
-                built = getattr(optimizer, "_built", False)  # tf-keras
-            if not built:
-                optimizer.build(self.model.trainable_variables)
-        variables = self._variables()
-        counts = allgather_object(len(variables), name="elastic.state_variable_count")
-        if len(set(counts)) > 1:
-            raise ValueError("TensorFlowKerasState.sync: the ranks track different numbers of variables %s "
-                             "(model and optimizer); rank 0's cannot be copied to the others. Build the model "
-                             "and optimizer the same way on every rank before training." % counts)
-        return variables
+        with _hvd_failures_as_internal_errors():
+            if _executing_eagerly():
+                broadcast_variables(self.variables, root_rank=0)
+            else:
+                _graph_session_or_fail(self.session, "TensorFlowState.sync()").run(self._graph_bcast_op)
+            self._save_model()
+            super().sync()
 
     def _save_model(self):
         if _executing_eagerly():
