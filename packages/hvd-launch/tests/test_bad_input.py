@@ -87,7 +87,7 @@ def test_missing_identity_file(tmp_path):
     _fails_fast("-np", 1, "-i", tmp_path / "key", "true", code=2, match="does not exist")
 
 
-@pytest.mark.parametrize("flag", [["--min-np", "1"], ["--max-np", "4"],
+@pytest.mark.parametrize("flag", [["--min-np", "1"],
                                   ["--host-discovery-script", "discover.sh"]])
 def test_elastic_flags_ask_for_hvd_elastic(flag, tmp_path):
     # hvd-elastic may be installed here: a sitecustomize hides it from horovodrun.

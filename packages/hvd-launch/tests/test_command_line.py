@@ -232,3 +232,13 @@ def test_hosts_default_to_localhost_and_np_to_total_slots():
     settings = settings_from_args(_resolve(["-np", "3", "echo"]))
     assert [(h.hostname, h.slots) for h in settings.hosts] == [("localhost", 3)]
     assert settings_from_args(_resolve(["-H", "a:2,b:3", "echo"])).num_proc == 5
+
+
+def test_max_np_alone_leaves_the_job_static(capsys):
+    # As in Horovod, only --host-discovery-script or --min-np make a job elastic.
+    from horovod.runner.launch import _elastic_requested, _inert_flag_notices
+    args = _resolve(["--max-np", "4", "-np", "2", "echo"])
+    assert not _elastic_requested(args)
+    assert _inert_flag_notices(args) == ["--max-np has no effect: the job is not elastic (that takes --min-np or "
+                                         "--host-discovery-script)"]
+    assert _elastic_requested(_resolve(["--min-np", "1", "-np", "2", "echo"]))

@@ -140,7 +140,7 @@ def ranks_agree_whether_to_sync():
         if len(attempts) == 1:
             state.value = 7
             if rank == 0:
-                state.save()  # what the sync sends: rank 0's saved state
+                state.save()  # 7 is what the sync sends (rank 0's values)
                 raise hvd.HostsUpdatedInterrupt(skip_sync=True)
             raise hvd.HorovodInternalError("simulated failure on rank %d" % rank)  # back to 100
         return hvd.allreduce(np.array([float(state.value)]), op=hvd.Sum, name="after")[0]

@@ -352,10 +352,9 @@ def launch_settings(args: argparse.Namespace, hosts: List[HostSlots], num_proc: 
 
 
 def _elastic_requested(args: argparse.Namespace) -> bool:
-    # As Horovod: a discovery script or a rank range makes a job elastic; the
-    # other elastic flags only tune such a job.
-    return any(getattr(args, dest, None) is not None
-               for dest in ("host_discovery_script", "min_num_proc", "max_num_proc"))
+    # As Horovod: a discovery script or --min-np makes a job elastic; the
+    # other elastic flags (--max-np too) only tune such a job.
+    return any(getattr(args, dest, None) is not None for dest in ("host_discovery_script", "min_num_proc"))
 
 
 def _elastic_module():
@@ -386,12 +385,13 @@ def _inert_flag_notices(args: argparse.Namespace) -> List[str]:
         notices.append("--jsrun has no effect: hvd has no jsrun launcher; the ranks start as with --gloo")
     if args.disable_cache:
         notices.append("--disable-cache has no effect: hvd keeps no cache of host checks")
-    for dest, flag in (("elastic_timeout", "--elastic-timeout"), ("reset_limit", "--reset-limit"),
+    for dest, flag in (("max_num_proc", "--max-np"), ("elastic_timeout", "--elastic-timeout"),
+                       ("reset_limit", "--reset-limit"),
                        ("slots_per_host", "--slots-per-host"), ("cooldown_range", "--cooldown-range"),
                        ("blacklist_cooldown_range", "--blacklist-cooldown-range")):
         if getattr(args, dest, None) is not None:
-            notices.append(f"{flag} has no effect: the job is not elastic (that takes --min-np, --max-np "
-                           "or --host-discovery-script)")
+            notices.append(f"{flag} has no effect: the job is not elastic (that takes --min-np or "
+                           "--host-discovery-script)")
     return notices
 
 

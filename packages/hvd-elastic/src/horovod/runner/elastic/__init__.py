@@ -26,54 +26,65 @@ def settings_from_args(args: argparse.Namespace) -> ElasticSettings:
         BadInputError: the arguments do not describe a valid elastic job.
     """
     from horovod.runner.launch import _hosts_from_args, launch_settings
-    if getattr(args, "use_mpi", False):
-        raise BadInputError("elastic training runs on hvd's own transports and cannot be combined with --mpi "
-                            "(drop --mpi, or the elastic flags)")
-    hosts = _hosts_from_args(args)
-    if args.host_discovery_script:
-        if hosts:
-            raise BadInputError("--host-discovery-script and -H/--hostfile are mutually exclusive: the script "
-                                "says which hosts to use")
-        discovery = HostDiscoveryScript(args.host_discovery_script, args.slots_per_host,
-                                        timeout=_discovery_timeout(_elastic_timeout(args)))
-    elif hosts:
-        # One host is allowed, as in Horovod, though a failure there (which
-        # blacklists it) ends the job.
-        discovery = FixedHosts({h.hostname: h.slots for h in hosts})
-    else:
-        raise BadInputError("an elastic job needs --host-discovery-script, or -H/--hostfile with the hosts to use")
+    hosts = _hosts_from_args(args) or []
     num_proc = args.num_proc if args.num_proc is not None else args.min_num_proc
     if num_proc is None:
         raise BadInputError("an elastic job needs -np or --min-np")
-    min_num_proc = args.min_num_proc if args.min_num_proc is not None else num_proc
-    max_num_proc = args.max_num_proc
+    return _settings(launch_settings(args, hosts, num_proc), use_mpi=getattr(args, "use_mpi", False),
+                     discovery_script=args.host_discovery_script, slots=args.slots_per_host,
+                     min_num_proc=args.min_num_proc, max_num_proc=args.max_num_proc,
+                     elastic_timeout=args.elastic_timeout, reset_limit=args.reset_limit,
+                     cooldown_range=args.cooldown_range or args.blacklist_cooldown_range)
+
+
+def _settings(launch, use_mpi, discovery_script, slots, min_num_proc, max_num_proc, elastic_timeout, reset_limit,
+              cooldown_range) -> ElasticSettings:
+    """Checks an elastic job's arguments (horovodrun's flags or horovod.run()'s, named as
+    the flags) and returns its settings; `launch` holds the static part, its ``hosts``
+    the fixed hosts when there is no discovery script.
+
+    Raises:
+        BadInputError: naming the argument that is wrong.
+    """
+    if use_mpi:
+        raise BadInputError("elastic training runs on hvd's own transports and cannot be combined with --mpi "
+                            "(drop --mpi, or the elastic flags)")
+    if elastic_timeout is None and os.environ.get("HOROVOD_ELASTIC_TIMEOUT"):
+        elastic_timeout = float(os.environ["HOROVOD_ELASTIC_TIMEOUT"])
+    if elastic_timeout is not None and elastic_timeout <= 0:
+        raise BadInputError(f"--elastic-timeout must be positive, got {elastic_timeout:g}")
+    num_proc = launch.num_proc
+    min_num_proc = min_num_proc if min_num_proc is not None else num_proc
     if min_num_proc < 1:
         raise BadInputError(f"--min-np must be at least 1, got {min_num_proc}")
     if num_proc < min_num_proc:
         raise BadInputError(f"-np {num_proc} is smaller than --min-np {min_num_proc}")
     if max_num_proc is not None and max_num_proc < num_proc:
         raise BadInputError(f"--max-np {max_num_proc} is smaller than -np {num_proc}")
-    if args.elastic_timeout is not None and args.elastic_timeout <= 0:
-        raise BadInputError(f"--elastic-timeout must be positive, got {args.elastic_timeout}")
-    if args.reset_limit is not None and args.reset_limit < 0:
-        raise BadInputError(f"--reset-limit must be 0 or more, got {args.reset_limit}")
-    elastic_timeout = _elastic_timeout(args)
+    if reset_limit is not None and reset_limit < 0:
+        raise BadInputError(f"--reset-limit must be 0 or more, got {reset_limit}")
     try:
-        cooldown_range = validate_cooldown_range(args.cooldown_range or args.blacklist_cooldown_range)
+        cooldown_range = validate_cooldown_range(cooldown_range)
     except ValueError as e:
         raise BadInputError(str(e)) from None
-    return ElasticSettings(launch=launch_settings(args, hosts or [], num_proc), discovery=discovery,
-                           num_proc=num_proc, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
-                           elastic_timeout=elastic_timeout, reset_limit=args.reset_limit,
+    if discovery_script:
+        if launch.hosts:
+            raise BadInputError("--host-discovery-script and -H/--hostfile are mutually exclusive: the script "
+                                "says which hosts to use")
+        discovery = HostDiscoveryScript(discovery_script, slots, timeout=_discovery_timeout(elastic_timeout))
+    elif launch.hosts:
+        # A single fixed host is accepted (Horovod refuses it), though a
+        # failure there blacklists it and so ends the job.
+        total = sum(h.slots for h in launch.hosts)
+        if total < num_proc:
+            raise BadInputError(f"-np {num_proc} needs more slots than the {total} the fixed hosts have "
+                                "(-H/--hostfile); a fixed host list never grows")
+        discovery = FixedHosts({h.hostname: h.slots for h in launch.hosts})
+    else:
+        raise BadInputError("an elastic job needs --host-discovery-script, or -H/--hostfile with the hosts to use")
+    return ElasticSettings(launch=launch, discovery=discovery, num_proc=num_proc, min_num_proc=min_num_proc,
+                           max_num_proc=max_num_proc, elastic_timeout=elastic_timeout, reset_limit=reset_limit,
                            cooldown_range=cooldown_range)
-
-
-def _elastic_timeout(args: argparse.Namespace) -> Optional[float]:
-    if args.elastic_timeout is not None:
-        return args.elastic_timeout
-    if os.environ.get("HOROVOD_ELASTIC_TIMEOUT"):
-        return float(os.environ["HOROVOD_ELASTIC_TIMEOUT"])
-    return None
 
 
 def _discovery_timeout(elastic_timeout: Optional[float]) -> float:
@@ -160,24 +171,9 @@ def run_elastic_function(launch, on_started, on_finished, min_num_proc=None, max
                          elastic_timeout=None) -> ElasticResult:
     """The elastic part of ``horovod.run()``: `launch` holds the worker command and the
     static settings (its ``hosts`` are the fixed hosts when no discovery script is given)."""
-    if host_discovery_script:
-        discovery = HostDiscoveryScript(host_discovery_script, slots, timeout=_discovery_timeout(elastic_timeout))
-    elif launch.hosts:
-        discovery = FixedHosts({h.hostname: h.slots for h in launch.hosts})
-    else:
-        raise BadInputError("an elastic horovod.run() needs host_discovery_script, or hosts/hostfile")
-    num_proc = launch.num_proc
-    min_num_proc = min_num_proc if min_num_proc is not None else num_proc
-    if num_proc < min_num_proc or (max_num_proc is not None and max_num_proc < num_proc):
-        raise BadInputError(f"num_proc {num_proc} must lie between min_num_proc {min_num_proc} and "
-                            f"max_num_proc {max_num_proc}")
-    try:
-        cooldown_range = validate_cooldown_range(cooldown_range)
-    except ValueError as e:
-        raise BadInputError(str(e)) from None
-    settings = ElasticSettings(launch=launch, discovery=discovery, num_proc=num_proc, min_num_proc=min_num_proc,
-                               max_num_proc=max_num_proc, elastic_timeout=elastic_timeout,
-                               reset_limit=reset_limit, cooldown_range=cooldown_range)
+    settings = _settings(launch, use_mpi=getattr(launch, "use_mpi", False), discovery_script=host_discovery_script,
+                         slots=slots, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
+                         elastic_timeout=elastic_timeout, reset_limit=reset_limit, cooldown_range=cooldown_range)
     result = run_elastic(settings, on_started, on_finished)
     if result.error is not None and result.first_failure is None and result.interrupted_by is None:
         raise RuntimeError(f"horovod.run(): the elastic job failed: {result.error}")

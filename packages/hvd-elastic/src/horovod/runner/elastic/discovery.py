@@ -66,7 +66,7 @@ class HostDiscoveryScript(HostDiscovery):
                 continue
             try:
                 (host,) = parse_hosts(line)
-            except BadInputError:
+            except (BadInputError, ValueError):  # ValueError: several hosts on one line
                 raise HostDiscoveryError(f"host discovery script {self._discovery_script!r} printed {line!r}, "
                                          "which is not 'host' or 'host:slots'") from None
             # A line without ":slots" gets --slots-per-host.
