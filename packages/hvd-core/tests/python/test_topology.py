@@ -1,6 +1,8 @@
 # test_topology.py - the transports behind the same API: shared memory on one
 # host, TCP only (HOROVOD_SHM_DISABLE=1), and hierarchical shared memory +
 # TCP across "hosts" (distinct HOROVOD_HOSTNAMEs on this machine).
+import re
+
 import pytest
 
 import ranks
@@ -36,6 +38,17 @@ print(json.dumps(out))
 '''
 
 
+def _run(tmp_path, np_, expected_transport, env=None, **kwargs):
+    # Rank 0's timeline names each activity after the transport that ran it
+    # (TCP_ALLREDUCE, SHM_ALLREDUCE, ...): proof of which one the job used.
+    timeline = tmp_path / "timeline.json"
+    results = ranks.run_ok(np_, BATTERY, env=dict(env or {}, HOROVOD_TIMELINE=str(timeline)), timeout=120,
+                           **kwargs)
+    activities = set(re.findall(r'"([A-Z]+)_ALLREDUCE"', timeline.read_text())) - {"NEGOTIATE"}
+    assert activities == {expected_transport}, activities
+    return results
+
+
 def _check(results, expected_topology):
     for rank, res in enumerate(results):
         assert res["topology"] == expected_topology[rank], (rank, res["topology"])
@@ -44,23 +57,24 @@ def _check(results, expected_topology):
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
-def test_shared_memory_on_one_host(np_):
-    _check(ranks.run_ok(np_, BATTERY, timeout=120), [[r, np_, 0, 1, True] for r in range(np_)])
+def test_shared_memory_on_one_host(tmp_path, np_):
+    _check(_run(tmp_path, np_, "SHM"), [[r, np_, 0, 1, True] for r in range(np_)])
 
 
 @pytest.mark.parametrize("np_", [2, 3])
-def test_tcp_only(np_):
-    _check(ranks.run_ok(np_, BATTERY, env={"HOROVOD_SHM_DISABLE": "1"}, timeout=120),
+def test_tcp_only_when_shared_memory_is_disabled(tmp_path, np_):
+    _check(_run(tmp_path, np_, "TCP", env={"HOROVOD_SHM_DISABLE": "1"}),
            [[r, np_, 0, 1, True] for r in range(np_)])
 
 
-def test_hierarchical_two_hosts_two_ranks_each():
+def test_hierarchical_two_hosts_two_ranks_each(tmp_path):
     hosts = ["hostA", "hostA", "hostB", "hostB"]
-    _check(ranks.run_ok(4, BATTERY, hosts=hosts, timeout=120),
+    _check(_run(tmp_path, 4, "HIERARCHICAL", hosts=hosts),
            [[0, 2, 0, 2, True], [1, 2, 0, 2, True], [0, 2, 1, 2, True], [1, 2, 1, 2, True]])
 
 
-def test_heterogeneous_hosts():
+def test_heterogeneous_hosts_use_flat_tcp(tmp_path):
+    # Hierarchical collectives need the same number of ranks on every host.
     hosts = ["hostA", "hostA", "hostB"]
-    _check(ranks.run_ok(3, BATTERY, hosts=hosts, timeout=120),
+    _check(_run(tmp_path, 3, "TCP", hosts=hosts),
            [[0, 2, 0, 2, False], [1, 2, 0, 1, False], [0, 1, 1, 2, False]])
