@@ -48,6 +48,21 @@ HVD_CHECK_STRUCT_SIZE(hvd_result, HVD_RESULT_STRUCT_SIZE);
 #define HVD_FIELD(ptr, field, fallback) \
   ((ptr)->struct_size >= offsetof(std::remove_pointer_t<decltype(ptr)>, field) + sizeof((ptr)->field) ? (ptr)->field : (fallback))
 
+// Writes an output field only when the caller's struct holds it: a caller
+// built against an older minor passes a smaller struct_size, and fields
+// appended since are not its memory.
+#define HVD_SET(ptr, field, value)                                                                         \
+  do {                                                                                                      \
+    if ((ptr)->struct_size >= offsetof(std::remove_pointer_t<decltype(ptr)>, field) + sizeof((ptr)->field)) \
+      (ptr)->field = (value);                                                                               \
+  } while (0)
+
+// The output structs as ABI 1.0 defined them: the least a caller may pass.
+// Fields appended in later minors are written only when they fit (HVD_SET).
+constexpr size_t kTopology10Size = offsetof(hvd_topology, is_homogeneous) + sizeof(int32_t);
+constexpr size_t kProcessSetInfo10Size = offsetof(hvd_process_set_info, ranks_capacity) + sizeof(size_t);
+constexpr size_t kResult10Size = offsetof(hvd_result, last_joined_rank) + sizeof(int32_t);
+
 void require_struct(size_t struct_size, size_t minimum, const char* what) {
   if (struct_size < minimum) {
     throw_error(ErrorCode::kInvalidArgument, std::string(what) + ".struct_size is " + std::to_string(struct_size) +
@@ -317,15 +332,15 @@ int32_t hvd_is_initialized(void) {
 hvd_error* hvd_get_topology(hvd_topology* out) {
   HVD_API_BEGIN
   if (out == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "topology is NULL");
-  hvd::require_struct(out->struct_size, HVD_TOPOLOGY_STRUCT_SIZE, "hvd_topology");
+  hvd::require_struct(out->struct_size, hvd::kTopology10Size, "hvd_topology");
   const auto& t = Engine::get()->topology();
-  out->rank = t.rank;
-  out->size = t.size;
-  out->local_rank = t.local_rank;
-  out->local_size = t.local_size;
-  out->cross_rank = t.cross_rank;
-  out->cross_size = t.cross_size;
-  out->is_homogeneous = t.homogeneous ? 1 : 0;
+  HVD_SET(out, rank, t.rank);
+  HVD_SET(out, size, t.size);
+  HVD_SET(out, local_rank, t.local_rank);
+  HVD_SET(out, local_size, t.local_size);
+  HVD_SET(out, cross_rank, t.cross_rank);
+  HVD_SET(out, cross_size, t.cross_size);
+  HVD_SET(out, is_homogeneous, t.homogeneous ? 1 : 0);
   HVD_API_END
 }
 
@@ -347,10 +362,10 @@ hvd_error* hvd_remove_process_set(int32_t process_set_id) {
 hvd_error* hvd_get_process_set_info(hvd_process_set_info* info) {
   HVD_API_BEGIN
   if (info == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "info is NULL");
-  hvd::require_struct(info->struct_size, HVD_PROCESS_SET_INFO_STRUCT_SIZE, "hvd_process_set_info");
+  hvd::require_struct(info->struct_size, hvd::kProcessSetInfo10Size, "hvd_process_set_info");
   auto set = Engine::get()->process_set(info->process_set_id);
-  info->rank = set->member();
-  info->size = set->size();
+  HVD_SET(info, rank, set->member());
+  HVD_SET(info, size, set->size());
   if (info->ranks != nullptr) {
     for (size_t i = 0; i < set->ranks().size() && i < info->ranks_capacity; ++i) info->ranks[i] = set->ranks()[i];
   }
@@ -407,7 +422,7 @@ hvd_error* hvd_handle_wait(hvd_handle* handle, double timeout_seconds) {
 hvd_error* hvd_handle_get_result(hvd_handle* handle, hvd_result* result) {
   HVD_API_BEGIN
   if (handle == nullptr || result == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "handle or result is NULL");
-  hvd::require_struct(result->struct_size, HVD_RESULT_STRUCT_SIZE, "hvd_result");
+  hvd::require_struct(result->struct_size, hvd::kResult10Size, "hvd_result");
   if (!handle->completed.load(std::memory_order_acquire)) {
     hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "the operation has not completed; wait for it first");
   }
@@ -417,14 +432,15 @@ hvd_error* hvd_handle_get_result(hvd_handle* handle, hvd_result* result) {
                                                            " is out of range");
   }
   auto& slot = handle->tensors[result->tensor_index];
-  result->output = nullptr;
+  DLManagedTensor* output = nullptr;
   if (slot.owned_result != nullptr && !slot.result_taken) {
-    result->output = slot.owned_result;
+    output = slot.owned_result;
     slot.result_taken = true;
   }
-  result->received_splits = slot.received_splits.empty() ? nullptr : slot.received_splits.data();
-  result->num_received_splits = slot.received_splits.size();
-  result->last_joined_rank = handle->last_joined_rank;
+  HVD_SET(result, output, output);
+  HVD_SET(result, received_splits, slot.received_splits.empty() ? nullptr : slot.received_splits.data());
+  HVD_SET(result, num_received_splits, slot.received_splits.size());
+  HVD_SET(result, last_joined_rank, handle->last_joined_rank);
   HVD_API_END
 }
 

@@ -207,6 +207,17 @@ def test_c_example_allreduce_runs_as_a_single_process(allreduce_example):
 
 
 @needs_cmake
+def test_c_abi_struct_sizes_from_a_callers_side(allreduce_example):
+    # Built with the example: 1.0-sized structs work, smaller ones are refused
+    # naming the struct, and a later minor's larger struct is written only as
+    # far as this library's fields go.
+    result = subprocess.run([str(allreduce_example.parent / "abi_structs")], capture_output=True, text=True,
+                            env=_clean_env(), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "abi structs ok" in result.stdout
+
+
+@needs_cmake
 def test_c_example_allreduce_sums_over_two_processes(allreduce_example):
     from horovod.common.rendezvous import RendezvousServer, make_secret
 
