@@ -24,9 +24,12 @@
  *   this library.
  *
  * Threads
- *   All functions are thread-safe. Completion callbacks run on the engine's
- *   background thread of the process set: they must return quickly and must
- *   not wait on other handles.
+ *   All functions are thread-safe. Completion and allocation callbacks run
+ *   on whichever thread is driving the process set's engine at that moment:
+ *   its background thread, or a caller's thread inside hvd_handle_wait() (a
+ *   waiting caller drives the engine itself, see HVD_ENQUEUE_CALLER_WAITS),
+ *   possibly one waiting on a different handle. They must return quickly,
+ *   must not wait on other handles, and must not assume a particular thread.
  *
  * Ownership is written on each field: "in" (caller keeps ownership),
  * "out" (written by the library), "borrowed until completion" (the caller
@@ -212,15 +215,15 @@ typedef struct hvd_handle hvd_handle; /* opaque */
 
 /* Caller-supplied output allocation, used for results whose shape is known
  * only after negotiation (allgather, alltoall, reducescatter). Called on the
- * background thread with the final shape; store the data pointer of a
+ * thread driving the engine (see "Threads" above) with the final shape; store the data pointer of a
  * compact row-major buffer of that shape and dtype in *data and return 0, or
  * return non-zero to fail the operation. The memory stays the caller's. */
 typedef int32_t (*hvd_alloc_fn)(void* ctx, size_t tensor_index, int32_t ndim,
                                 const int64_t* shape, DLDataType dtype,
                                 void** data /* out */);
 
-/* Called once on the background thread when `handle` completes (success or
- * error). The handle stays valid until hvd_handle_release(). */
+/* Called once, on the thread driving the engine (see "Threads" above), when
+ * `handle` completes (success or error). The handle stays valid until hvd_handle_release(). */
 typedef void (*hvd_done_fn)(void* ctx, hvd_handle* handle);
 
 typedef struct hvd_tensor_args {
