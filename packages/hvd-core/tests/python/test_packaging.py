@@ -9,6 +9,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import struct
 import sys
 
 import pytest
@@ -264,3 +265,93 @@ def test_library_path_env_var_overrides_the_installed_copy(monkeypatch, tmp_path
     monkeypatch.setenv("HVD_CORE_LIBRARY", str(tmp_path / "missing.so"))
     with pytest.raises(FileNotFoundError, match="HVD_CORE_LIBRARY"):
         config.get_library_path()
+
+
+# -- the Python side's view of the C structs -----------------------------------
+
+_LAYOUT_PROGRAM = r'''
+#include <stddef.h>
+#include <stdio.h>
+#include "hvd/c_api.h"
+#define FIELD(type, field) printf("%s.%s %zu\n", #type, #field, offsetof(type, field))
+#define SIZE(type, size) printf("%s %zu %zu\n", #type, (size_t)(size), sizeof(type))
+int main(void) {
+  FIELD(DLTensor, data); FIELD(DLTensor, device); FIELD(DLTensor, ndim); FIELD(DLTensor, dtype);
+  FIELD(DLTensor, shape); FIELD(DLTensor, strides); FIELD(DLTensor, byte_offset);
+  SIZE(DLTensor, sizeof(DLTensor));
+  FIELD(hvd_tensor_args, input); FIELD(hvd_tensor_args, output); FIELD(hvd_tensor_args, splits);
+  FIELD(hvd_tensor_args, num_splits); FIELD(hvd_tensor_args, name); FIELD(hvd_tensor_args, name_len);
+  SIZE(hvd_tensor_args, HVD_TENSOR_ARGS_STRUCT_SIZE);
+  FIELD(hvd_enqueue_args, collective); FIELD(hvd_enqueue_args, process_set_id); FIELD(hvd_enqueue_args, reduce_op);
+  FIELD(hvd_enqueue_args, root_rank); FIELD(hvd_enqueue_args, prescale_factor);
+  FIELD(hvd_enqueue_args, postscale_factor); FIELD(hvd_enqueue_args, tensors); FIELD(hvd_enqueue_args, num_tensors);
+  FIELD(hvd_enqueue_args, alloc); FIELD(hvd_enqueue_args, alloc_ctx); FIELD(hvd_enqueue_args, on_done);
+  FIELD(hvd_enqueue_args, on_done_ctx); FIELD(hvd_enqueue_args, flags);
+  SIZE(hvd_enqueue_args, HVD_ENQUEUE_ARGS_STRUCT_SIZE);
+  FIELD(hvd_init_args, process_set_ranks); FIELD(hvd_init_args, process_set_sizes);
+  FIELD(hvd_init_args, num_process_sets); SIZE(hvd_init_args, HVD_INIT_ARGS_STRUCT_SIZE);
+  FIELD(hvd_topology, rank); FIELD(hvd_topology, size); FIELD(hvd_topology, local_rank);
+  FIELD(hvd_topology, local_size); FIELD(hvd_topology, cross_rank); FIELD(hvd_topology, cross_size);
+  FIELD(hvd_topology, is_homogeneous); SIZE(hvd_topology, HVD_TOPOLOGY_STRUCT_SIZE);
+  FIELD(hvd_process_set_info, process_set_id); FIELD(hvd_process_set_info, rank);
+  FIELD(hvd_process_set_info, size); FIELD(hvd_process_set_info, ranks);
+  FIELD(hvd_process_set_info, ranks_capacity); SIZE(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE);
+  FIELD(hvd_result, tensor_index); FIELD(hvd_result, output); FIELD(hvd_result, received_splits);
+  FIELD(hvd_result, num_received_splits); FIELD(hvd_result, last_joined_rank);
+  SIZE(hvd_result, HVD_RESULT_STRUCT_SIZE);
+  return 0;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def c_layouts(tmp_path_factory):
+    """Field offsets and (struct size macro, sizeof) of the header's structs, from a C compiler."""
+    if C_COMPILER is None:
+        pytest.skip("no C compiler")
+    folder = tmp_path_factory.mktemp("layouts")
+    (folder / "layouts.c").write_text(_LAYOUT_PROGRAM)
+    build = subprocess.run([C_COMPILER, "-std=c99", str(folder / "layouts.c"), "-o", str(folder / "layouts")]
+                           + _hvd_core_config("--cflags").split(), capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    layouts = {}
+    for line in subprocess.run([str(folder / "layouts")], capture_output=True, text=True, check=True).stdout.splitlines():
+        name, *numbers = line.split()
+        layouts[name] = tuple(int(n) for n in numbers) if len(numbers) > 1 else int(numbers[0])
+    return layouts
+
+
+def _offsets(fmt):
+    """The byte offset of each field of a little-endian struct module format without padding."""
+    codes = re.findall(r"[a-zA-Z]", fmt.format)
+    return [struct.calcsize("<" + "".join(codes[:i])) for i in range(len(codes))]
+
+
+def test_packed_argument_layouts_match_the_header(c_layouts):
+    # handles.py packs the enqueue arguments with struct formats for speed;
+    # every field must sit where the C compiler puts it.
+    from horovod.common import handles
+    dl = _offsets(handles._DLTENSOR)  # data, device type, device id, ndim, code, bits, lanes, shape, strides, offset
+    assert [dl[0], dl[1], dl[3], dl[4], dl[7], dl[8], dl[9]] == [
+        c_layouts["DLTensor." + f] for f in ("data", "device", "ndim", "dtype", "shape", "strides", "byte_offset")]
+    assert handles._DLTENSOR.size == c_layouts["DLTensor"][1]
+    ta = _offsets(handles._TENSOR_ARGS)
+    assert ta[1:] == [c_layouts["hvd_tensor_args." + f] for f in ("input", "output", "splits", "num_splits", "name",
+                                                                   "name_len")]
+    assert handles._TENSOR_ARGS.size == c_layouts["hvd_tensor_args"][0]
+    ea = _offsets(handles._ENQUEUE_ARGS)
+    assert ea[1:] == [c_layouts["hvd_enqueue_args." + f] for f in (
+        "collective", "process_set_id", "reduce_op", "root_rank", "prescale_factor", "postscale_factor", "tensors",
+        "num_tensors", "alloc", "alloc_ctx", "on_done", "on_done_ctx", "flags")]
+    assert handles._ENQUEUE_ARGS_SIZE == c_layouts["hvd_enqueue_args"][0]
+    assert handles._ENQUEUE_ARGS_SPAN == c_layouts["hvd_enqueue_args"][1]
+
+
+@pytest.mark.parametrize("structure,c_name", [("InitArgs", "hvd_init_args"), ("Topology", "hvd_topology"),
+                                              ("ProcessSetInfo", "hvd_process_set_info"), ("Result", "hvd_result")])
+def test_ctypes_structures_match_the_header(c_layouts, structure, c_name):
+    from horovod.common import c_api
+    cls = getattr(c_api, structure)
+    for field, _ in cls._fields_[1:]:
+        assert getattr(cls, field).offset == c_layouts[c_name + "." + field], field
+    assert ctypes.sizeof(cls) == c_layouts[c_name][1]

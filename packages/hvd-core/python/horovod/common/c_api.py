@@ -71,23 +71,8 @@ class ProcessSetInfo(Structure):
                 ("ranks", POINTER(c_int32)), ("ranks_capacity", c_size_t)]
 
 
-class TensorArgs(Structure):
-    _fields_ = [("struct_size", c_size_t), ("input", POINTER(DLTensor)), ("output", POINTER(DLTensor)),
-                ("splits", POINTER(c_int64)), ("num_splits", c_size_t), ("name", c_char_p),
-                ("name_len", c_size_t)]
-
-
-ALLOC_FN = ctypes.CFUNCTYPE(c_int32, c_void_p, c_size_t, c_int32, POINTER(c_int64), DLDataType, POINTER(c_void_p))
-DONE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
-
-
-class EnqueueArgs(Structure):
-    _fields_ = [("struct_size", c_size_t), ("collective", c_int32), ("process_set_id", c_int32),
-                ("reduce_op", c_int32), ("root_rank", c_int32), ("prescale_factor", c_double),
-                ("postscale_factor", c_double), ("tensors", POINTER(TensorArgs)), ("num_tensors", c_size_t),
-                ("alloc", c_void_p), ("alloc_ctx", c_void_p), ("on_done", c_void_p), ("on_done_ctx", c_void_p),
-                ("flags", ctypes.c_uint32)]
-
+# hvd_enqueue_args and hvd_tensor_args are packed by handles.py (struct
+# formats, checked against the header by test_packaging.py).
 ENQUEUE_CALLER_WAITS = 1
 ENQUEUE_ROOT_RANK_GLOBAL = 2
 

@@ -15,8 +15,8 @@ from horovod.common import c_api
 __all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name"]
 
 
-# Byte layouts of the C ABI structs on LP64 (checked against ctypes in
-# the tests): packing them with one struct call is several times cheaper
+# Byte layouts of the C ABI structs on LP64 (checked against the header by
+# tests/python/test_packaging.py): packing them with one struct call is several times cheaper
 # than filling ctypes.Structure fields, and small collectives are latency-bound.
 _DLTENSOR = struct.Struct("<QiiiBBHQQQ")       # 48 bytes
 _TENSOR_ARGS = struct.Struct("<QQQQQQQ")       # 56 bytes
