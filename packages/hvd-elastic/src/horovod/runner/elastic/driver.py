@@ -62,9 +62,7 @@ class ElasticResult:
     exit_code: int
     error: Optional[str] = None  # why it failed, for the user
     first_failure: Optional[WorkerExit] = None
-    reset_limit_exceeded: bool = False
     interrupted_by: Optional[int] = None
-    rounds: int = 0
 
 
 class _Member:
@@ -199,7 +197,7 @@ class ElasticDriver:
                 self._fail(f"host discovery kept failing for more than {self._settings.timeout():g} s "
                            f"(--elastic-timeout): {event[1]}")
         elif kind == "signal":
-            self._result = ElasticResult(128 + event[1], interrupted_by=event[1], rounds=self._round)
+            self._result = ElasticResult(128 + event[1], interrupted_by=event[1])
 
     def _stop_frozen(self) -> None:
         # Once a reset began, the members that have not rejoined are suspects:
@@ -271,7 +269,7 @@ class ElasticDriver:
         members = self._current()
         if self._phase == _RUNNING:
             if members and all(not m.running for m in members) and not any(m.exit.failed for m in members):
-                self._result = ElasticResult(0, rounds=self._round)
+                self._result = ElasticResult(0)
                 return
             if any(m.waiting_join is not None or (m.exit is not None and m.exit.failed) for m in members):
                 self._enter(_RESETTING)
@@ -318,7 +316,7 @@ class ElasticDriver:
             return
         if not first:
             if self._settings.reset_limit is not None and self._resets >= self._settings.reset_limit:
-                self._fail(RESET_LIMIT_EXCEEDED_MESSAGE.format(self._settings.reset_limit), reset_limit=True)
+                self._fail(RESET_LIMIT_EXCEEDED_MESSAGE.format(self._settings.reset_limit))
                 return
             self._resets += 1
         slots = self._assign(hosts.host_assignment_order, hosts.host_slots, survivors)
@@ -417,7 +415,7 @@ class ElasticDriver:
         if failed:
             self._fail_workers(failed)
         else:
-            self._result = ElasticResult(0, rounds=self._round)
+            self._result = ElasticResult(0)
 
     def _fail_workers(self, failed: List[_Member]) -> None:
         failed = sorted(failed, key=lambda m: self._failed_in_order.index(m) if m in self._failed_in_order
@@ -429,12 +427,11 @@ class ElasticDriver:
             detail = f" (the first: {member.describe(self._round)} on host {member.host} {member.exit.describe()})"
         self._fail(WORKERS_FAILED_MESSAGE + detail, first_failure=first)
 
-    def _fail(self, error: str, first_failure: Optional[WorkerExit] = None, reset_limit: bool = False) -> None:
+    def _fail(self, error: str, first_failure: Optional[WorkerExit] = None) -> None:
         code = 1
         if first_failure is not None and first_failure.reason is None:
             code = 128 + first_failure.signal if first_failure.signal is not None else (first_failure.code or 1)
-        self._result = ElasticResult(code, error=error, first_failure=first_failure,
-                                     reset_limit_exceeded=reset_limit, rounds=self._round)
+        self._result = ElasticResult(code, error=error, first_failure=first_failure)
 
     def _stop_all(self) -> None:
         running = [m for m in self._members if m.worker is not None and m.worker.process.poll() is None]
