@@ -10,13 +10,12 @@ import sys
 import threading
 import time
 
-__all__ = ["Assignment", "LeftElasticJob", "ready_key", "assignment_key", "notification_key", "LATEST_NOTIFICATION_KEY",
+__all__ = ["Assignment", "LeftElasticJob", "ready_key", "assignment_key", "notification_key",
            "worker_id", "is_elastic", "join_round", "round_horizon", "start_notification_listener"]
 
 # A worker is known by where the driver started it: "<host>:<slot on the host>"
 # (Horovod's naming). It stays the same for the life of the process.
 READY_PREFIX = "elastic/ready/"
-LATEST_NOTIFICATION_KEY = "elastic/notify/latest"
 
 
 def ready_key(worker):

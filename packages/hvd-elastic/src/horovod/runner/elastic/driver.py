@@ -21,8 +21,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from horovod.common.elastic import HostUpdateResult
-from horovod.common.elastic_rendezvous import (LATEST_NOTIFICATION_KEY, READY_PREFIX, Assignment, assignment_key,
-                                               notification_key)
+from horovod.common.elastic_rendezvous import READY_PREFIX, Assignment, assignment_key, notification_key
 from horovod.runner.elastic.constants import RESET_LIMIT_EXCEEDED_MESSAGE, WORKERS_FAILED_MESSAGE
 from horovod.runner.elastic.discovery import HostDiscovery, HostDiscoveryError, HostManager
 from horovod.runner.hosts import HostSlots, SlotInfo, assign_slots, is_local_host, local_host_names
@@ -405,7 +404,6 @@ class ElasticDriver:
         self._notifications += 1
         self._server.put(notification_key(self._notifications),
                          ("%.6f %d" % (self._last_notification, int(update))).encode("ascii"))
-        self._server.put(LATEST_NOTIFICATION_KEY, str(self._notifications).encode("ascii"))
         self._say(f"notifying the workers: hosts {update.name if update.name else int(update)}")
 
     def _finish_after_success(self, failed: List[_Member]) -> None:
