@@ -302,22 +302,37 @@ def _first_report(probes):
 
 
 def _mpi_failure_probe(port: int, secret: str, interval: float = 0.25):
-    """Returns a probe for the first rank failure the MPI ranks report to the store."""
+    """Returns a probe for the first rank failure the MPI ranks report to the store. As in
+    run_job, a rank killed by a signal before the first rank that exited with an error is
+    the cause, if its report follows within _SIGNAL_DEATH_WINDOW_SECONDS."""
     from horovod.common.rendezvous import RendezvousClient
-    from horovod.runner.mpi_rank_output import FIRST_FAILURE_KEY
+    from horovod.runner.job import _SIGNAL_DEATH_WINDOW_SECONDS
+    from horovod.runner.mpi_rank_output import FIRST_FAILURE_KEY, FIRST_SIGNAL_DEATH_KEY
     client = RendezvousClient("127.0.0.1", port, secret, timeout=1)
     next_check = [0.0]
+    error_seen_at: List[float] = []
+
+    def read(key: str) -> Tuple[Optional[WorkerExit], float]:
+        try:
+            rank, code, when = client.get(key, timeout=0).decode().split()
+        except Exception:  # Not reported (yet).
+            return None, 0.0
+        code = int(code)
+        return WorkerExit(rank, code if code > 0 else None, -code if code < 0 else None), float(when)
 
     def probe(force: bool = False) -> Optional[WorkerExit]:
         now = time.monotonic()
         if now < next_check[0] and not force:
             return None
         next_check[0] = now + interval
-        try:
-            rank, code = client.get(FIRST_FAILURE_KEY, timeout=0).decode().split()
-        except Exception:  # Not reported (yet).
-            return None
-        code = int(code)
-        return WorkerExit(rank, code if code > 0 else None, -code if code < 0 else None)
+        first, first_at = read(FIRST_FAILURE_KEY)
+        if first is None or first.signal is not None:
+            return first
+        killed, killed_at = read(FIRST_SIGNAL_DEATH_KEY)
+        if killed is not None and killed_at <= first_at:
+            return killed
+        if not error_seen_at:
+            error_seen_at.append(now)
+        return first if force or now - error_seen_at[0] >= _SIGNAL_DEATH_WINDOW_SECONDS else None
 
     return probe

@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     for thread in threads:
         thread.start()
     code = child.wait()
+    exited_at = time.time()
     for thread in threads:
         thread.join()
     if code != 0:
@@ -125,15 +126,21 @@ def main(argv=None) -> int:
         how = f"exited with code {code}" if code > 0 else f"was killed by signal {-code}"
         sys.stderr.write(f"horovodrun: rank {rank} {how}\n")
         sys.stderr.flush()
-        report_failure(rank, code)
+        report_failure(rank, code, exited_at)
     return code if code >= 0 else 128 - code
 
 
 FIRST_FAILURE_KEY = "hvd.launch/first_failure"
 _FAILURE_COUNT_KEY = "hvd.launch/failures"
+# The first rank killed by a signal: a rank that exits with an error is often
+# only reacting to a killed peer, and may report before the peer's wrapper.
+# Both values end with the time of the exit, so horovodrun can tell such a
+# peer (killed earlier) from ranks mpirun itself stops afterwards.
+FIRST_SIGNAL_DEATH_KEY = "hvd.launch/first_signal_death"
+_SIGNAL_DEATH_COUNT_KEY = "hvd.launch/signal_deaths"
 
 
-def report_failure(rank: str, code: int) -> None:
+def report_failure(rank: str, code: int, when: float) -> None:
     """Tells horovodrun through the rendezvous store that this rank failed.
 
     MPICH's Hydra keeps the other ranks of a non-MPI program running after
@@ -144,8 +151,10 @@ def report_failure(rank: str, code: int) -> None:
         client = RendezvousClient(os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
                                   int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
                                   os.environ["HOROVOD_SECRET_KEY"], timeout=5)
+        if code < 0 and client.add(_SIGNAL_DEATH_COUNT_KEY, 1) == 1:
+            client.set(FIRST_SIGNAL_DEATH_KEY, f"{rank} {code} {when:.6f}")
         if client.add(_FAILURE_COUNT_KEY, 1) == 1:
-            client.set(FIRST_FAILURE_KEY, f"{rank} {code}")
+            client.set(FIRST_FAILURE_KEY, f"{rank} {code} {when:.6f}")
     except Exception:  # No store (plain mpirun) or it is gone: mpirun's own handling remains.
         pass
 
