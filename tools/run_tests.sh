@@ -62,11 +62,21 @@ ctest --test-dir build/cpp-tests --output-on-failure
 echo "== Python tests"
 # One pytest run per package (test modules share basenames across packages),
 # from outside the source folders, so `import horovod` is the installed copy.
+# The names of failed tests are repeated as the last lines, where a truncated
+# CI log still shows them.
 cd "$ROOT/build"
 status=0
+failed="$ROOT/build/failed-tests.txt"
+: >"$failed"
 for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
     packages/hvd-tensorflow/tests packages/hvd-elastic/tests; do
   echo "-- $tests"
-  python -m pytest -p no:cacheprovider --timeout=300 -q "$@" "$ROOT/$tests" || status=1
+  python -m pytest -p no:cacheprovider --timeout=300 -q -rfE "$@" "$ROOT/$tests" 2>&1 \
+    | tee "$ROOT/build/pytest.log" || status=1
+  grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 done
+if [[ -s "$failed" ]]; then
+  echo "== failed tests"
+  cat "$failed"
+fi
 exit $status
