@@ -239,13 +239,16 @@ void Engine::start(const hvd_init_args* args) {
     // unique per job and not guessable by other users of the machine.
     key_prefix = to_hex(sha256(secret.data(), secret.size())).substr(0, 16) + "/" + key_prefix;
     store_ = make_http_store(addr, port, secret);
-    std::string advertise = local_address_towards(addr, port, env_string("HOROVOD_GLOO_IFACE", ""));
-    connections_ = std::make_unique<ConnectionManager>(t.rank, secret, advertise, config_.connect_timeout_seconds);
+    LocalEndpoint endpoint = choose_local_endpoint(addr, port, env_string("HOROVOD_GLOO_IFACE", ""));
+    connections_ = std::make_unique<ConnectionManager>(t.rank, secret, endpoint.address,
+                                                       config_.connect_timeout_seconds);
+    connections_->set_unreachable_seconds(config_.peer_timeout_seconds);
     PrefixStore store(*store_, key_prefix);
     std::ostringstream me;
-    me << hostname << "\n" << connections_->address() << "\n" << ::getpid();
+    me << hostname << "\n" << connections_->address() << "\n" << ::getpid() << "\n" << endpoint.iface;
     store.set("peer/" + std::to_string(t.rank), me.str());
     std::vector<std::string> addresses(static_cast<size_t>(t.size));
+    std::vector<std::string> locations(static_cast<size_t>(t.size));
     t.hosts.resize(static_cast<size_t>(t.size));
     for (int r = 0; r < t.size; ++r) {
       std::string info = store.get("peer/" + std::to_string(r), config_.connect_timeout_seconds);
@@ -255,10 +258,14 @@ void Engine::start(const hvd_init_args* args) {
         throw_error(ErrorCode::kInternal, "rank " + std::to_string(r) + " will not join: " + info.substr(1));
       }
       std::istringstream in(info);
+      std::string pid, iface;
       std::getline(in, t.hosts[static_cast<size_t>(r)]);
       std::getline(in, addresses[static_cast<size_t>(r)]);
+      std::getline(in, pid);
+      std::getline(in, iface);
+      locations[static_cast<size_t>(r)] = "host " + t.hosts[static_cast<size_t>(r)] + (iface.empty() ? "" : ", " + iface);
     }
-    connections_->set_peer_addresses(addresses);
+    connections_->set_peer_addresses(addresses, locations);
     liveness_ = std::make_unique<LivenessReporter>(make_http_store(addr, port, secret),
                                                    key_prefix + "alive/" + std::to_string(t.rank),
                                                    config_.peer_timeout_seconds);

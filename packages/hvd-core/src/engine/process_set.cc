@@ -109,12 +109,11 @@ void ProcessSetRuntime::start() {
     channels_.resize(ranks_.size());
     for (size_t m = 1; m < ranks_.size(); ++m) {
       channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl"),
-                                    "rank " + std::to_string(ranks_[m]), cfg.peer_timeout_seconds);
+                                    rank_name(ranks_[m]), cfg.peer_timeout_seconds);
     }
   } else if (size() > 1) {
     channels_.emplace_back(context_.connections->connect(ranks_[0], key_ + "/ctrl"),
-                           "rank " + std::to_string(ranks_[0]) + " (coordinator of process set " +
-                               std::to_string(id_) + ")",
+                           rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)),
                            cfg.peer_timeout_seconds);
   }
   thread_ = std::thread([this] { loop(); });
@@ -389,6 +388,15 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
   for (auto& ch : channels_) ch.touch_received();
 }
 
+std::string ProcessSetRuntime::rank_name(int global_rank, const std::string& role) const {
+  std::string where;
+  if (global_rank >= 0 && static_cast<size_t>(global_rank) < context_.hosts.size()) {
+    where = "host " + context_.hosts[static_cast<size_t>(global_rank)];
+  }
+  if (!role.empty()) where += (where.empty() ? "" : ", ") + role;
+  return "rank " + std::to_string(global_rank) + (where.empty() ? "" : " (" + where + ")");
+}
+
 void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
   const double timeout = context_.config.peer_timeout_seconds;
   const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout / 5));
@@ -437,6 +445,11 @@ void ProcessSetRuntime::step_coordinator() {
       } else if (type == MessageType::kGoodbye) {
         coordinator_->member_left(static_cast<int>(m));
         channels_[m].close();
+      } else if (type == MessageType::kAbort) {
+        // A member failed (it lost a peer of its own): the same cause ends
+        // the set everywhere, rather than its departure hiding it.
+        channels_[m].close();
+        throw_error(ErrorCode::kInternal, payload);
       }
     }
   }
@@ -493,8 +506,8 @@ void ProcessSetRuntime::step_worker() {
       execute(decode_responses(payload));
     } else if (type == MessageType::kGoodbye) {
       channels_[0].close();
-      std::string reason = "rank " + std::to_string(ranks_[0]) + " (coordinator of process set " +
-                           std::to_string(id_) + ") has shut down. " + kShutDownMessage;
+      std::string reason = rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)) +
+                           " has shut down. " + kShutDownMessage;
       if (in_flight_.empty() && join_handle_ == nullptr && !queue_nonempty_.load()) {
         // The job is ending normally: nothing was lost, so nothing to report.
         fail_everything(Error(ErrorCode::kInternal, reason));
@@ -535,13 +548,13 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
 
 void ProcessSetRuntime::fail(const std::string& reason) {
   HVD_LOG(kError, "process set " << id_ << " failed: " << reason);
-  if (member_ == 0) {
-    for (auto& ch : channels_) {
-      if (!ch.open()) continue;
-      try {
-        ch.send(MessageType::kAbort, reason);
-      } catch (const Error&) {
-      }
+  // The coordinator tells every member why; a member tells the coordinator,
+  // which passes it on, so every rank reports the first cause.
+  for (auto& ch : channels_) {
+    if (!ch.open()) continue;
+    try {
+      ch.send(MessageType::kAbort, reason);
+    } catch (const Error&) {
     }
   }
   if (comm_) comm_->abort(reason);

@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -56,6 +57,12 @@ Clock::time_point deadline_after(double seconds) {
 
 double seconds_until(Clock::time_point t) {
   return std::chrono::duration<double>(t - Clock::now()).count();
+}
+
+std::string format_seconds(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", seconds);
+  return buf;
 }
 
 void put_u32(std::string& out, uint32_t v) {
@@ -161,6 +168,8 @@ struct ConnectionManager::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::string> peer_addresses;
+  std::vector<std::string> peer_locations;
+  double unreachable_seconds = 0;  // 0: only the connect timeout
   std::map<std::pair<int, std::string>, std::deque<Socket>> unclaimed;
 
   double handshake_timeout() const { return std::max(1.0, std::min(timeout_seconds, 30.0)); }
@@ -308,8 +317,18 @@ struct ConnectionManager::Impl {
     }
   }
 
+  // "rank 3 (host fh2, eth1)", or "rank 3" when the engine gave no locations.
+  std::string describe(int rank) {
+    std::string out = "rank " + std::to_string(rank);
+    if (rank >= 0 && static_cast<size_t>(rank) < peer_locations.size() && !peer_locations[rank].empty()) {
+      out += " (" + peer_locations[rank] + ")";
+    }
+    return out;
+  }
+
   Socket dial(int peer_rank, const std::string& tag, Clock::time_point deadline) {
-    std::string address;
+    std::string address, me, peer;
+    double give_up_after;
     {
       std::unique_lock<std::mutex> lock(mu);
       if (peer_rank < 0 || static_cast<size_t>(peer_rank) >= peer_addresses.size() ||
@@ -318,11 +337,18 @@ struct ConnectionManager::Impl {
                                               " (tag '" + tag + "'): its address is unknown");
       }
       address = peer_addresses[peer_rank];
+      me = describe(my_rank);
+      peer = describe(peer_rank);
+      give_up_after = unreachable_seconds;
     }
     std::string host, port;
     split_host_port(address, &host, &port);
     std::string last_error = "timed out";
     double backoff = 0.005;
+    Clock::time_point failing_since{};
+    // One attempt waits at most this long for an answer, so a peer that
+    // drops every packet counts as failing too.
+    const double attempt_seconds = give_up_after > 0 ? std::max(0.5, give_up_after / 4) : 1e9;
     while (Clock::now() < deadline) {
       addrinfo hints{};
       hints.ai_family = AF_UNSPEC;
@@ -339,7 +365,7 @@ struct ConnectionManager::Impl {
           int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
           if (rc < 0 && errno == EINPROGRESS) {
             pollfd p{fd, POLLOUT, 0};
-            int wait_ms = static_cast<int>(std::max(0.0, seconds_until(deadline)) * 1000) + 1;
+            int wait_ms = static_cast<int>(std::max(0.0, std::min(seconds_until(deadline), attempt_seconds)) * 1000) + 1;
             if (::poll(&p, 1, wait_ms) == 1) {
               int err = 0;
               socklen_t len = sizeof(err);
@@ -353,7 +379,7 @@ struct ConnectionManager::Impl {
           if (rc == 0) {
             freeaddrinfo(result);
             Socket s(fd);
-            s.set_peer_name("rank " + std::to_string(peer_rank) + " (" + address + ")");
+            s.set_peer_name(peer + " at " + address);
             return s;
           }
           last_error = std::strerror(errno);
@@ -361,12 +387,20 @@ struct ConnectionManager::Impl {
         }
         freeaddrinfo(result);
       }
-      // The peer may not be listening yet: retry with a short backoff.
+      Clock::time_point now = Clock::now();
+      if (failing_since == Clock::time_point{}) failing_since = now;
+      if (give_up_after > 0 && std::chrono::duration<double>(now - failing_since).count() >= give_up_after) {
+        throw_error(ErrorCode::kInternal, me + " cannot reach " + peer + " at " + address + " (tag '" + tag +
+                                              "'): " + last_error + " for " + format_seconds(give_up_after) +
+                                              ". Check that the hosts can reach each other on the chosen "
+                                              "interfaces (HOROVOD_GLOO_IFACE / --network-interfaces).");
+      }
+      // A connection can fail while the network settles: retry with a short backoff.
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
       backoff = std::min(backoff * 2, 0.1);
     }
-    throw_error(ErrorCode::kInternal, "connect to rank " + std::to_string(peer_rank) + " at " +
-                                          address + " (tag '" + tag + "') failed: " + last_error);
+    throw_error(ErrorCode::kInternal, me + " could not connect to " + peer + " at " + address + " (tag '" +
+                                          tag + "'): " + last_error);
   }
 };
 
@@ -415,8 +449,14 @@ std::string ConnectionManager::address() const {
   return (ipv6_literal ? "[" + host + "]" : host) + ":" + std::to_string(impl_->port);
 }
 
-void ConnectionManager::set_peer_addresses(std::vector<std::string> addresses) {
+void ConnectionManager::set_unreachable_seconds(double seconds) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->unreachable_seconds = seconds;
+}
+
+void ConnectionManager::set_peer_addresses(std::vector<std::string> addresses, std::vector<std::string> locations) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->peer_locations = std::move(locations);
   impl_->peer_addresses = std::move(addresses);
 }
 
@@ -440,13 +480,15 @@ Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
       return it != impl_->unclaimed.end() && !it->second.empty();
     });
     if (!ok) {
-      throw_error(ErrorCode::kInternal, "rank " + std::to_string(peer_rank) + " did not connect (tag '" +
-                                            tag + "') within " + std::to_string(impl_->timeout_seconds) + " s");
+      throw_error(ErrorCode::kInternal, impl_->describe(peer_rank) + " did not connect to " +
+                                            impl_->describe(impl_->my_rank) + " (tag '" + tag + "') within " +
+                                            format_seconds(impl_->timeout_seconds));
     }
     auto it = impl_->unclaimed.find(key);
     Socket s = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) impl_->unclaimed.erase(it);
+    s.set_peer_name(impl_->describe(peer_rank) + " at " + s.peer_name());
     return s;
   }
 
@@ -486,28 +528,27 @@ Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
   return s;
 }
 
-std::string local_address_towards(const std::string& host, int port, const std::string& iface) {
-  if (!iface.empty()) {
-    ifaddrs* list = nullptr;
-    if (getifaddrs(&list) != 0) {
-      throw_error(ErrorCode::kInternal, std::string("getifaddrs failed: ") + std::strerror(errno));
-    }
-    std::string found;
-    for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-      if (it->ifa_addr && it->ifa_addr->sa_family == AF_INET && iface == it->ifa_name) {
-        char buf[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf, sizeof(buf));
-        found = buf;
-        break;
-      }
-    }
-    freeifaddrs(list);
-    if (found.empty()) {
-      throw_error(ErrorCode::kInvalidArgument, "network interface '" + iface +
-                                                   "' (HOROVOD_GLOO_IFACE) has no IPv4 address");
-    }
-    return found;
+namespace {
+
+// IPv4 address of each interface that has one, in the kernel's order.
+std::vector<std::pair<std::string, std::string>> ipv4_interfaces() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    throw_error(ErrorCode::kInternal, std::string("getifaddrs failed: ") + std::strerror(errno));
   }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr && it->ifa_addr->sa_family == AF_INET) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf, sizeof(buf));
+      out.emplace_back(it->ifa_name, buf);
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+std::string route_source_address(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
@@ -531,6 +572,45 @@ std::string local_address_towards(const std::string& host, int port, const std::
   freeaddrinfo(result);
   if (out.empty()) {
     throw_error(ErrorCode::kInternal, "no route from this host to '" + host + "'");
+  }
+  return out;
+}
+
+}  // namespace
+
+LocalEndpoint choose_local_endpoint(const std::string& host, int port, const std::string& ifaces) {
+  const auto have = ipv4_interfaces();
+  if (!ifaces.empty()) {
+    std::vector<std::string> wanted;
+    std::string name;
+    for (char c : ifaces + ",") {
+      if (c != ',') {
+        if (c != ' ') name += c;
+      } else if (!name.empty()) {
+        wanted.push_back(name);
+        name.clear();
+      }
+    }
+    for (const auto& w : wanted) {
+      for (const auto& h : have) {
+        if (h.first == w) return {h.second, h.first};
+      }
+    }
+    std::string listed;
+    for (const auto& h : have) listed += (listed.empty() ? "" : ", ") + h.first;
+    char hostname[256] = {0};
+    gethostname(hostname, sizeof(hostname) - 1);
+    throw_error(ErrorCode::kInvalidArgument, "none of the network interfaces '" + ifaces +
+                                                 "' (HOROVOD_GLOO_IFACE, --network-interfaces) has an IPv4 "
+                                                 "address on host " + hostname + " (interfaces with one: " +
+                                                 listed + ")");
+  }
+  LocalEndpoint out{route_source_address(host, port), ""};
+  for (const auto& h : have) {
+    if (h.second == out.address) {
+      out.iface = h.first;
+      break;
+    }
   }
   return out;
 }

@@ -26,8 +26,13 @@ class ConnectionManager {
 
   // "host:port" that peers should dial; publish it through the store.
   std::string address() const;
-  // Where each global rank listens (index = global rank).
-  void set_peer_addresses(std::vector<std::string> addresses);
+  // Where each global rank listens (index = global rank), and optionally
+  // where each runs ("host fh2, eth1"), for error messages.
+  void set_peer_addresses(std::vector<std::string> addresses, std::vector<std::string> locations = {});
+  // A published peer that stays unreachable this long (no route, refused,
+  // no answer) is an error at once rather than at the connect timeout: it
+  // listened before publishing its address, so it is not merely late.
+  void set_unreachable_seconds(double seconds);
 
   // An authenticated connection to `peer_rank` for `tag` (e.g. "ps0/ctrl").
   // Throws Error(kInternal) naming the peer and tag on timeout or when the
@@ -43,9 +48,16 @@ class ConnectionManager {
   std::unique_ptr<Impl> impl_;
 };
 
-// The local IPv4 address this host uses to reach host:port (via a UDP
-// connect + getsockname, so no packet is sent), or the address of interface
-// `iface` when given (HOROVOD_GLOO_IFACE).
-std::string local_address_towards(const std::string& host, int port, const std::string& iface);
+struct LocalEndpoint {
+  std::string address;  // IPv4, what peers dial
+  std::string iface;    // the interface holding it ("" when unknown)
+};
+
+// The address other ranks dial. With `ifaces` (HOROVOD_GLOO_IFACE: a comma
+// list, since hosts may name their NICs differently) the first listed
+// interface that has an IPv4 address on this host; without it the address
+// this host routes from towards host:port (a UDP connect + getsockname: no
+// packet is sent), so a bridge no other host can reach is never chosen.
+LocalEndpoint choose_local_endpoint(const std::string& host, int port, const std::string& ifaces);
 
 }  // namespace hvd

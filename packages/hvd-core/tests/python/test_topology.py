@@ -1,6 +1,7 @@
 # test_topology.py - the transports behind the same API: shared memory on one
 # host, TCP only (HOROVOD_SHM_DISABLE=1), and hierarchical shared memory +
 # TCP across "hosts" (distinct HOROVOD_HOSTNAMEs on this machine).
+import json
 import re
 
 import pytest
@@ -78,3 +79,28 @@ def test_heterogeneous_hosts_use_flat_tcp(tmp_path):
     hosts = ["hostA", "hostA", "hostB"]
     _check(_run(tmp_path, 3, "TCP", hosts=hosts),
            [[0, 2, 0, 2, False], [1, 2, 0, 1, False], [0, 1, 1, 2, False]])
+
+
+def test_interface_list_takes_the_first_name_each_host_has():
+    # HOROVOD_GLOO_IFACE is a list because hosts may name their NICs
+    # differently; this host has only the second name.
+    results = ranks.run_ok(2, '''
+hvd.init()
+print(json.dumps(hvd.allreduce(np.ones(2), op=hvd.Sum).tolist()))
+''', hosts=["hostA", "hostB"], env={"HOROVOD_GLOO_IFACE": "nosuchif0, lo"})
+    assert results == [[2.0, 2.0]] * 2
+
+
+def test_an_interface_list_this_host_has_none_of_is_a_clear_error():
+    results = ranks.run(2, '''
+try:
+    hvd.init()
+    print("initialized")
+except ValueError as e:
+    print(json.dumps(str(e)))
+''', env={"HOROVOD_GLOO_IFACE": "nosuchif0,nosuchif1"}, timeout=30)
+    for res in results:
+        error = json.loads(res.stdout.strip().splitlines()[-1])
+        assert "none of the network interfaces 'nosuchif0,nosuchif1'" in error, error
+        assert "HOROVOD_GLOO_IFACE" in error, error
+        assert "lo" in error.split("interfaces with one: ", 1)[1].rstrip(")").split(", "), error
