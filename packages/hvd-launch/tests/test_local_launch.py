@@ -140,7 +140,10 @@ def test_help_is_a_manual():
         assert text in result.stdout
 
 
-def test_first_usable_interface_of_a_list_is_passed_on():
-    result = horovodrun("-np", 1, "--network-interfaces", "lo,lo", sys.executable, "-c", PRINT_ENV)
+def test_an_interface_list_is_passed_on_for_each_host_to_choose_from():
+    # Hosts may name their NICs differently: each rank takes the first listed
+    # name its own host has (here lo), so the list travels whole.
+    result = horovodrun("-np", 2, "--network-interfaces", "nosuchif0,lo", sys.executable, "-c",
+                        "import horovod.common as hvd; hvd.init(); " + PRINT_ENV)
     assert result.returncode == 0, result.stderr
-    assert _worker_envs(result.stdout)[0]["HOROVOD_GLOO_IFACE"] == "lo"
+    assert {env["HOROVOD_GLOO_IFACE"] for env in _worker_envs(result.stdout).values()} == {"nosuchif0,lo"}

@@ -19,7 +19,7 @@ from horovod.runner import ssh
 from horovod.runner.errors import BadInputError, LaunchError
 from horovod.runner.hosts import HostSlots, SlotInfo, assign_slots, is_local_host, local_host_names
 from horovod.runner.job import JobResult, WorkerCommand, WorkerExit, run_job
-from horovod.runner.network import interface_ipv4_address, parse_interfaces, rendezvous_address
+from horovod.runner.network import parse_interfaces, rendezvous_address
 from horovod.runner.tuning_flags import tuning_env
 
 DEFAULT_START_TIMEOUT = 30.0
@@ -78,8 +78,7 @@ def base_worker_env(settings: LaunchSettings, rendezvous_addr: str, rendezvous_p
         env["HOROVOD_CONTROLLER"] = "gloo"
         env["HOROVOD_CPU_OPERATIONS"] = "gloo"
     if interface:
-        # The engine takes one interface name; the caller's own
-        # HOROVOD_GLOO_IFACE is otherwise forwarded unchanged.
+        # Otherwise the caller's own HOROVOD_GLOO_IFACE is forwarded unchanged.
         env["HOROVOD_GLOO_IFACE"] = interface
     env.update(settings.extra_env)
     return env
@@ -124,10 +123,11 @@ def launch(settings: LaunchSettings,
         LaunchError: the rendezvous store could not start.
     """
     slots = plan(settings)
-    interfaces = parse_interfaces(settings.network_interfaces) if settings.network_interfaces else None
     local_names = local_host_names()
     used_hosts = list(dict.fromkeys(s.hostname for s in slots))
     remote_hosts = [h for h in used_hosts if not is_local_host(h, local_names)]
+    interfaces = (parse_interfaces(settings.network_interfaces, all_local=not remote_hosts)
+                  if settings.network_interfaces else None)
     mpi_impl = mpi_launch.detect_mpirun() if settings.use_mpi else None
     if settings.output_filename and not settings.use_mpi:
         for slot in slots:
@@ -137,9 +137,10 @@ def launch(settings: LaunchSettings,
                 raise BadInputError(f"--output-filename {settings.output_filename!r}: cannot create "
                                     f"{output_dir(settings, slot.rank)}: {e.strerror}") from None
     address = rendezvous_address(remote_hosts, interfaces)
-    # Workers advertise the address of this interface to their peers; without
-    # one, hvd-core uses the address each host routes to the store from.
-    interface = next((n for n in interfaces if interface_ipv4_address(n)), None) if interfaces else None
+    # Each worker advertises the address of the first listed interface its
+    # host has; without a list, hvd-core uses the address each host routes to
+    # the store from.
+    interface = ",".join(interfaces) if interfaces else None
     if remote_hosts and not settings.use_mpi:
         _log(settings, f"checking ssh to {', '.join(remote_hosts)}")
         ssh.check_hosts(remote_hosts, settings.ssh_port, settings.ssh_identity_file,
@@ -156,7 +157,8 @@ def launch(settings: LaunchSettings,
         env = base_worker_env(settings, address, port, secret, gloo=not settings.use_mpi,
                               interface=interface)
         if settings.use_mpi:
-            commands = [_mpirun_command(settings, mpi_impl, slots, env, all_local=not remote_hosts)]
+            commands = [_mpirun_command(settings, mpi_impl, slots, env, all_local=not remote_hosts,
+                                        launcher_address=address)]
         else:
             commands = [worker_command(settings, slot, env, slot.hostname in remote_hosts)
                         for slot in slots]
@@ -198,7 +200,7 @@ _MPI_RANK_IDENTITY = re.compile(r"^(OMPI_COMM_WORLD_|OMPI_UNIVERSE_SIZE|PMIX_|PM
 
 
 def _mpirun_command(settings: LaunchSettings, mpi_impl, slots: Sequence[SlotInfo],
-                    env: Dict[str, str], all_local: bool) -> WorkerCommand:
+                    env: Dict[str, str], all_local: bool, launcher_address: str) -> WorkerCommand:
     # Remote MPI ranks get only the variables named here (local ones inherit
     # mpirun's environment): as with ssh, the whole environment but the login
     # session's own variables (NCCL_*, OMP_NUM_THREADS, WANDB_* ... arrive), as
@@ -215,7 +217,7 @@ def _mpirun_command(settings: LaunchSettings, mpi_impl, slots: Sequence[SlotInfo
         mpi_impl, used_hosts, settings.num_proc, forwarded, command, all_local,
         ssh_port=settings.ssh_port, ssh_identity_file=settings.ssh_identity_file,
         tcp_only=settings.tcp_only, binding_args=settings.binding_args,
-        mpi_args=settings.mpi_args)
+        mpi_args=settings.mpi_args, launcher_address=launcher_address)
     _log(settings, "running " + " ".join(argv))
     mpi_env = mpi_launch.mpirun_env(mpi_impl, env, settings.ssh_port, settings.ssh_identity_file)
     # mpirun runs under the guard too, so it is stopped even if the launcher is killed.

@@ -69,8 +69,12 @@ def mpirun_argv(mpi: MpiImplementation, hosts: Sequence[HostSlots], num_proc: in
                 forwarded_vars: Sequence[str], command: Sequence[str], all_local: bool,
                 ssh_port: Optional[int] = None, ssh_identity_file: Optional[str] = None,
                 tcp_only: bool = False, binding_args: Optional[str] = None,
-                mpi_args: Optional[str] = None) -> List[str]:
-    """Returns the mpirun command line for ``command`` on ``num_proc`` slots of ``hosts``."""
+                mpi_args: Optional[str] = None, launcher_address: Optional[str] = None) -> List[str]:
+    """Returns the mpirun command line for ``command`` on ``num_proc`` slots of ``hosts``.
+
+    ``launcher_address`` is where remote hosts reach this machine (MPICH's proxies
+    call mpiexec back there; by default they look up this machine's hostname,
+    which the hosts' network may not know)."""
     extra = shlex.split(mpi_args) if mpi_args else []
     if mpi.flavour == OPEN_MPI:
         argv = [mpi.path]
@@ -92,6 +96,8 @@ def mpirun_argv(mpi: MpiImplementation, hosts: Sequence[HostSlots], num_proc: in
         if all_local:
             # Hydra would otherwise ssh to "localhost" for local slots.
             argv += ["-launcher", "fork"]
+        elif launcher_address:
+            argv += ["-localhost", launcher_address]
         if binding_args:
             argv += shlex.split(binding_args)
         argv += ["-genvlist", ",".join(forwarded_vars)]

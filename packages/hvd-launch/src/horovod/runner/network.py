@@ -1,10 +1,13 @@
 """Which address of the launcher host the workers use to reach the rendezvous store.
 
-With ``--network-interfaces`` the first listed interface that has an IPv4
-address is used.  Otherwise the address is the one the kernel routes from
-towards the remote hosts (all hosts must agree, or the job fails with a
-message asking for ``--network-interfaces``); a job with only local slots
-uses the loopback address.
+``--network-interfaces`` names NICs of the worker hosts (a comma list, since
+hosts may name them differently); each rank uses the first listed one its own
+host has.  The store is reached at the address of the first listed interface
+this host has too, and otherwise -- the named network does not reach the
+launcher's machine -- like without the flag: at the address the kernel routes
+from towards the remote hosts (all hosts must agree, or the job fails with a
+message asking for ``--network-interfaces``).  A job with only local slots uses
+the loopback address.
 """
 
 import socket
@@ -16,20 +19,20 @@ from horovod.runner.errors import BadInputError, HostUnreachableError
 __all__ = ["interface_ipv4_address", "list_interfaces", "parse_interfaces", "rendezvous_address"]
 
 
-def parse_interfaces(value: str) -> List[str]:
-    """Splits a ``--network-interfaces`` value (``eth0,eth1``) and checks each exists here.
+def parse_interfaces(value: str, all_local: bool = False) -> List[str]:
+    """Splits a ``--network-interfaces`` value (``eth0,ens5``).
 
     Raises:
-        BadInputError: the list is empty or names an interface this host lacks.
+        BadInputError: the list is empty, or every rank runs on this host
+            (``all_local``) and it has none of the named interfaces.
     """
     names = [n.strip() for n in value.split(",") if n.strip()]
     if not names:
         raise BadInputError("--network-interfaces is empty; give names such as eth0,ib0")
     known = set(list_interfaces())
-    missing = [n for n in names if n not in known]
-    if missing:
+    if all_local and not known.intersection(names):
         raise BadInputError(
-            f"--network-interfaces: no interface named {', '.join(missing)} on this host "
+            f"--network-interfaces: no interface named {', '.join(names)} on this host "
             f"(it has {', '.join(sorted(known))})")
     return names
 
@@ -54,16 +57,14 @@ def rendezvous_address(remote_hosts: Sequence[str], interfaces: Optional[Sequenc
     """Returns the launcher address every worker can reach the rendezvous store at.
 
     Raises:
-        BadInputError: a named interface has no IPv4 address, or the remote
-            hosts are reached through different source addresses.
+        BadInputError: the remote hosts are reached through different source
+            addresses (and no named interface is on this host).
         HostUnreachableError: a remote host does not resolve or has no route.
     """
-    if interfaces:
-        for name in interfaces:
-            address = interface_ipv4_address(name)
-            if address:
-                return address
-        raise BadInputError(f"--network-interfaces {','.join(interfaces)}: none has an IPv4 address")
+    for name in interfaces or ():
+        address = interface_ipv4_address(name)
+        if address:
+            return address
     if not remote_hosts:
         return "127.0.0.1"
     addresses = {host: _route_source_address(host) for host in remote_hosts}

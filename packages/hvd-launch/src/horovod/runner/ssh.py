@@ -32,6 +32,11 @@ _NOT_FORWARDED = {"HOSTNAME", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD
 _NOT_FORWARDED_PREFIXES = ("SSH_", "XDG_", "BASH_FUNC_")
 _VALID_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# A host's kernel answers a TCP connection to sshd at once, however busy the
+# host is; one that has not answered in this long is down or cut off, and is
+# reported as such whatever --start-timeout allows for the rest of the start.
+CONNECT_TIMEOUT_CAP_SECONDS = 8
+
 
 def remote_env(env: Dict[str, str]) -> Dict[str, str]:
     """Returns the part of ``env`` forwarded to remote workers (the session variables stay local)."""
@@ -56,7 +61,7 @@ def ssh_argv(host: str, remote_command: str, port: Optional[int] = None,
     if ssh is None:
         raise LaunchError("remote hosts need the OpenSSH client, but 'ssh' is not on PATH "
                           "(Debian/Ubuntu: apt-get install openssh-client)")
-    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(connect_timeout))}",
+    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(min(connect_timeout, CONNECT_TIMEOUT_CAP_SECONDS)))}",
             "-o", "StrictHostKeyChecking=no", "-o", "ServerAliveInterval=10",
             "-o", "ServerAliveCountMax=3"]
     if port is not None:

@@ -111,8 +111,12 @@ def run_elastic(settings: ElasticSettings, on_started=None, on_finished=None) ->
         if isinstance(settings.discovery, FixedHosts) else []
     from horovod.runner.hosts import is_local_host
     remote = [h for h in known if not is_local_host(h)]
-    address = rendezvous_address(remote, interfaces) if (remote or interfaces) else _default_address()
-    interface = next((n for n in interfaces if interface_ipv4_address(n)), None) if interfaces else None
+    if remote:
+        address = rendezvous_address(remote, interfaces)
+    else:
+        address = next(filter(None, map(interface_ipv4_address, interfaces or ())), None) or _default_address()
+    # Each worker picks the first listed interface its own host has.
+    interface = ",".join(interfaces) if interfaces else None
     server, secret, port = start_rendezvous("0.0.0.0")
     try:
         if on_started is not None:
