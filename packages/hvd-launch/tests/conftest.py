@@ -31,29 +31,39 @@ FAKE_HOSTS = os.environ.get("HVD_FAKE_HOSTS") or os.path.normpath(os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared", "tools", "fake_hosts.sh"))
 
 
+class FakeHosts:
+    """The workplace's fake_hosts.sh: ``fake_hosts(2, "--decoy")`` starts network
+    namespaces fh1..fh2 (each with its own IP, hostname, /dev/shm and sshd, reached from
+    here by name) and returns their names; ``fake_hosts.run("cut", "fh2")`` runs any
+    other command of the tool and ``fake_hosts.exec("fh1", "ip", ...)`` a command inside
+    a host."""
+
+    def run(self, *args, check=True):
+        result = subprocess.run(["bash", FAKE_HOSTS, *args], capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            pytest.fail(f"fake_hosts.sh {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def exec(self, host, *argv, check=True):
+        return self.run("exec", host, *argv, check=check)
+
+    def __call__(self, count, *flags):
+        self.run("down", check=False)
+        self.run("up", str(count), *flags)
+        return [f"fh{i}" for i in range(1, count + 1)]
+
+
 @pytest.fixture
 def fake_hosts():
-    """Brings up "hosts" with the workplace's fake_hosts.sh (HVD_FAKE_HOSTS overrides its
-    path): network namespaces fh1..fhN, each with its own IP, hostname, /dev/shm and sshd,
-    reached from here by name. ``fake_hosts(2, "--decoy")`` starts them; they are always
-    taken down after the test."""
+    """Multi-host test bed (see FakeHosts; HVD_FAKE_HOSTS overrides the tool's path); the
+    hosts are always taken down after the test."""
     if not os.path.exists(FAKE_HOSTS):
         pytest.skip(f"multi-host tests need fake_hosts.sh (not found at {FAKE_HOSTS}; set HVD_FAKE_HOSTS)")
     if os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists("/usr/sbin/sshd"):
         pytest.skip("multi-host tests need root, iproute2 and openssh-server (network namespaces with sshd)")
-
-    def run(*args):
-        return subprocess.run(["bash", FAKE_HOSTS, *args], capture_output=True, text=True, timeout=120)
-
-    def up(count, *flags):
-        run("down")
-        result = run("up", str(count), *flags)
-        if result.returncode != 0:
-            pytest.fail(f"fake_hosts.sh up failed: {result.stderr}")
-        return [f"fh{i}" for i in range(1, count + 1)]
-
-    yield up
-    run("down")
+    hosts = FakeHosts()
+    yield hosts
+    hosts.run("down", check=False)
 
 
 @pytest.fixture(scope="session")

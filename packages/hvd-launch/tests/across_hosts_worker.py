@@ -1,0 +1,121 @@
+"""A rank of the multi-host tests (test_across_hosts.py): every collective, on the
+whole job and on process sets whose members sit on different hosts, checked against
+what the ranks' inputs make the answer; prints one REPORT line as JSON.
+
+    python across_hosts_worker.py [--mb N] [--hold-seconds S --raised-dir DIR]
+
+--mb N adds an N MiB allreduce and reports each NIC's transmitted bytes around it
+(from /sys/class/net, which is this host's own); --hold-seconds S then allreduces in a
+loop for S seconds, printing a STEP line per step (the fault tests cut hosts during it).
+A rank whose collective raises there writes when and what to DIR/raised.<rank>.json
+(the hosts share this machine's file system) and exits with status 1.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+import horovod.common as hvd
+
+
+def nic_tx_bytes():
+    out = {}
+    for name in os.listdir("/sys/class/net"):
+        try:
+            with open(f"/sys/class/net/{name}/statistics/tx_bytes") as f:
+                out[name] = int(f.read())
+        except OSError:
+            pass
+    return out
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(f"rank {hvd.rank()} on {socket.gethostname()}: {what}")
+
+
+def check_collectives(ps, tag):
+    """Runs each collective on process set `ps` and checks its result."""
+    members = ps.ranks if ps.ranks is not None else list(range(hvd.size()))
+    if hvd.rank() not in members:
+        return
+    me, n = hvd.rank(), len(members)
+    total = float(sum(members))
+    got = hvd.allreduce(np.arange(1000, dtype=np.float32) + me, op=hvd.Sum, name=f"{tag}.sum", process_set=ps)
+    expect(np.array_equal(got, np.arange(1000, dtype=np.float32) * n + total), f"{tag} allreduce")
+    got = hvd.allreduce(np.full(7, float(me)), op=hvd.Max, name=f"{tag}.max", process_set=ps)
+    expect(np.all(got == max(members)), f"{tag} allreduce max")
+    grouped = hvd.grouped_allreduce([np.full(3, float(me)), np.full(5, 1.0, dtype=np.float64)], op=hvd.Sum,
+                                    name=f"{tag}.grouped", process_set=ps)
+    expect(np.all(grouped[0] == total) and np.all(grouped[1] == n), f"{tag} grouped allreduce")
+    # Uneven first dimensions: rank r contributes r + 1 rows.
+    got = hvd.allgather(np.full((me + 1, 2), me, dtype=np.int64), name=f"{tag}.gather", process_set=ps)
+    expect(got[:, 0].tolist() == [r for r in members for _ in range(r + 1)], f"{tag} allgather")
+    root = members[-1]  # a global rank, and not the set's first member
+    got = hvd.broadcast(np.full(4, float(me)), root_rank=root, name=f"{tag}.bcast", process_set=ps)
+    expect(np.all(got == root), f"{tag} broadcast from rank {root}")
+    # Rank r sends the value 100*r + (destination's index) to each member.
+    send = np.array([100 * me + i for i in range(n)], dtype=np.int32)
+    got = hvd.alltoall(send, name=f"{tag}.alltoall", process_set=ps)
+    index = members.index(me)
+    expect(got.tolist() == [100 * r + index for r in members], f"{tag} alltoall")
+    got = hvd.reducescatter(np.arange(2 * n, dtype=np.float32), op=hvd.Sum, name=f"{tag}.rs", process_set=ps)
+    expect(got.tolist() == [float(n * v) for v in range(2 * index, 2 * index + 2)], f"{tag} reducescatter")
+    expect(hvd.broadcast_object({"from": me}, root_rank=root, process_set=ps) == {"from": root},
+           f"{tag} broadcast_object")
+    hvd.barrier(process_set=ps)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=int, default=0)
+    parser.add_argument("--hold-seconds", type=float, default=0.0)
+    parser.add_argument("--raised-dir")
+    args = parser.parse_args()
+    os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # the sets below depend on the size
+    hvd.init()
+    size = hvd.size()
+    # Sets whose members are on different hosts (ranks fill hosts in order).
+    spans = [hvd.add_process_set([0, size - 1])] if size > 2 else []
+    if size >= 4:
+        spans.append(hvd.add_process_set([1, 2]))
+    check_collectives(hvd.global_process_set, "global")
+    for i, ps in enumerate(spans):
+        check_collectives(ps, f"set{i}")
+    report = {"rank": hvd.rank(), "size": size, "host": socket.gethostname(),
+              "local": [hvd.local_rank(), hvd.local_size()], "cross": [hvd.cross_rank(), hvd.cross_size()],
+              "env": {k: v for k, v in os.environ.items() if k.startswith("HVD_TEST_FORWARD")}}
+    if args.mb:
+        before = nic_tx_bytes()
+        data = np.ones(args.mb * (1 << 20) // 4, dtype=np.float32)
+        got = hvd.allreduce(data, op=hvd.Sum, name="big")
+        expect(got[0] == size and got[-1] == size, "large allreduce")
+        after = nic_tx_bytes()
+        report["tx_bytes"] = {k: after[k] - before.get(k, 0) for k in after}
+    sys.stdout.write("REPORT " + json.dumps(report) + "\n")
+    sys.stdout.flush()
+    deadline = time.monotonic() + args.hold_seconds
+    step = 0
+    while time.monotonic() < deadline:
+        try:
+            hvd.allreduce(np.ones(1024, dtype=np.float32), name=f"hold.{step}")
+        except hvd.HorovodInternalError as e:
+            if args.raised_dir:
+                with open(os.path.join(args.raised_dir, f"raised.{hvd.rank()}.json"), "w") as f:
+                    json.dump({"rank": hvd.rank(), "host": socket.gethostname(), "time": time.time(),
+                               "error": str(e)}, f)
+            sys.exit(1)
+        sys.stdout.write(f"STEP {step} {time.time():.3f}\n")
+        sys.stdout.flush()
+        step += 1
+        time.sleep(0.05)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
