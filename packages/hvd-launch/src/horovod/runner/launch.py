@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
          help="ssh private key for the remote hosts.")
     _add(hosts, "--network-interfaces", "--network-interface", dest="network_interfaces",
          metavar="IF,...", env_extra="HOROVOD_GLOO_IFACE",
-         help="Comma-separated network interfaces; the first with an IPv4 address here carries "
-              "the rendezvous and is passed to the workers as HOROVOD_GLOO_IFACE. "
+         help="Comma-separated NICs of the worker hosts (names may differ per host): each rank "
+              "talks over the first one its host has (passed on as HOROVOD_GLOO_IFACE). "
               "Default: the routes between the hosts decide.")
 
     controller = parser.add_argument_group("controller").add_mutually_exclusive_group()
