@@ -16,6 +16,8 @@ child = subprocess.Popen(["sleep", "300"])
 with open(os.path.join(sys.argv[1], "pids.%d" % rank), "w") as f:
     f.write("%d %d" % (os.getpid(), child.pid))
 action = dict(a.split("=") for a in sys.argv[2:]).get(str(rank), "sleep")
+if action == "freeze-guard":
+    os.kill(os.getppid(), signal.SIGSTOP)  # the guard can no longer stop this rank
 time.sleep(0.5)
 if action.startswith("exit"):
     sys.exit(int(action[4:]))
@@ -55,6 +57,15 @@ def test_rank_exit_code_stops_the_job_and_is_reported(tmp_path):
     assert "rank 1 (host localhost, local rank 1) exited with code 3" in result.stderr
     assert "job failed" in result.stderr
     _assert_no_survivors(tmp_path, 3)
+
+
+def test_a_guard_that_cannot_stop_its_rank_leaves_nothing_behind(tmp_path):
+    # The launcher's last resort after the grace period kills the guard and
+    # the rank's own process group with it.
+    result = horovodrun("-np", 2, sys.executable, "-c", WORKER, tmp_path, "0=freeze-guard", "1=exit3",
+                        timeout=60)
+    assert result.returncode == 3, result.stderr
+    _assert_no_survivors(tmp_path, 2)
 
 
 def test_killed_rank_is_reported_with_its_signal(tmp_path):

@@ -216,7 +216,24 @@ class Worker:
         if (self.stop_sent_at is not None and not self.killed and self.process.poll() is None
                 and time.monotonic() - self.stop_sent_at > deadline_seconds):
             self.killed = True
-            self._signal(signal.SIGKILL)
+            self.kill_group()
+
+    def kill_group(self) -> None:
+        """SIGKILL to the guard's process group and, for a local guard, to its worker's
+        (a session of its own): a guard that did not stop its worker in time must not
+        leave it running once the guard is gone."""
+        if self.command.remote_host is None and self.process is not None:
+            try:
+                with open(f"/proc/{self.process.pid}/task/{self.process.pid}/children") as f:
+                    children = [int(pid) for pid in f.read().split()]
+            except (OSError, ValueError):
+                children = []
+            for child in children:
+                try:
+                    os.killpg(child, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self._signal(signal.SIGKILL)
 
     def _close_stdin(self) -> None:
         if self.process.stdin is not None:
@@ -351,7 +368,7 @@ def run_job(commands: Sequence[WorkerCommand], prefix_timestamp: bool = False,
             alive = [w for w in alive if w.process.poll() is None]
             time.sleep(0.05)
         for worker in alive:
-            worker._signal(signal.SIGKILL)
+            worker.kill_group()
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
     return JobResult(exits, first_failure, interrupted[0] if interrupted else None)
