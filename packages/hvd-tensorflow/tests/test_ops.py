@@ -359,6 +359,55 @@ print(json.dumps(out))
         assert res["after"] == [2.0, 2.0]
 
 
+def test_divergent_graph_collectives_fail_on_every_rank_after_the_stall_time():
+    # Inside tf.function only a completion callback waits for an op, so a
+    # pending op counts as holding its rank once the stall warning names it
+    # (HOROVOD_STALL_CHECK_TIME_SECONDS); then the peer timeout applies.
+    results = op_ranks.run_ok(2, '''
+ops.init()
+@tf.function
+def on_rank_0(x):
+    return ops._allreduce(x, name="only.rank0")
+@tf.function
+def on_rank_1(x):
+    return ops.allgather(x, name="only.rank1")
+start = time.monotonic()
+try:
+    (on_rank_0 if ops.rank() == 0 else on_rank_1)(tf.ones([2]))
+    out = {"error": None}
+except tf.errors.UnknownError as e:
+    out = {"error": str(e)}
+out["seconds"] = time.monotonic() - start
+ops.init()
+out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
+print(json.dumps(out))
+''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "2"}, timeout=60)
+    for res in results:
+        assert res["error"] and "diverged" in res["error"], res
+        assert "'only.rank0'" in res["error"] and "'only.rank1'" in res["error"], res
+        assert 4 <= res["seconds"] < 15, res
+        assert res["after"] == [2.0, 2.0]
+
+
+def test_graph_collectives_submitted_in_different_orders_are_not_a_divergence():
+    # Each rank submits one op of a graph 3 s before the other, in opposite
+    # orders: every rank has an op pending that its peer has not submitted,
+    # longer than the peer timeout. That is a graph running, not a divergence.
+    results = op_ranks.run_ok(2, '''
+ops.init()
+def later(x):
+    return tf.py_function(lambda t: (time.sleep(3), t)[1], [x], tf.float32)
+@tf.function
+def step(x):
+    first, second = (x, later(x)) if ops.rank() == 0 else (later(x), x)
+    return ops._allreduce(first, name="a", op=ops.Sum), ops._allreduce(second, name="b", op=ops.Sum)
+a, b = step(tf.ones([2]))
+print(json.dumps([a.numpy().tolist(), b.numpy().tolist()]))
+''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "30"}, timeout=60)
+    for res in results:
+        assert res == [[2.0, 2.0], [2.0, 2.0]], res
+
+
 def test_tensorflow_and_torch_in_one_process_share_the_engine():
     pytest.importorskip("torch")
     reports = op_ranks.run_ok(2, '''

@@ -287,7 +287,10 @@ typedef enum hvd_enqueue_flags {
    * then counts the operation as waited on from its submission when it looks
    * for ranks blocked on collectives the others never submit (divergence,
    * reported as HVD_ERROR_INTERNAL after HOROVOD_PEER_TIMEOUT_SECONDS).
-   * Leave it unset when the program can still submit other operations. */
+   * Leave it unset when the program can still submit other operations:
+   * an operation with an on_done callback that nobody waits on then counts
+   * as waited on only once it has been pending for
+   * HOROVOD_STALL_CHECK_TIME_SECONDS. */
   HVD_ENQUEUE_SUBMITTER_BLOCKED = 4
 } hvd_enqueue_flags;
 

@@ -169,6 +169,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
   h->on_done = HVD_FIELD(args, on_done, nullptr);
   h->on_done_ctx = HVD_FIELD(args, on_done_ctx, nullptr);
   h->caller_waits = (flags & HVD_ENQUEUE_CALLER_WAITS) != 0;
+  h->enqueued_ns = steady_now_ns();
   if ((flags & HVD_ENQUEUE_SUBMITTER_BLOCKED) != 0) {
     // A waiter that never leaves: once complete the operation is no longer
     // looked at, so nothing needs to take the mark back.

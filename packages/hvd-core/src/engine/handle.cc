@@ -111,10 +111,14 @@ int64_t steady_now_ns() {
       .count();
 }
 
-bool handle_blocked_since(const hvd_handle* handle, int64_t now_ns, double min_seconds) {
+bool handle_blocked_since(const hvd_handle* handle, int64_t now_ns, double min_seconds,
+                          double unwaited_callback_seconds) {
   // A gap shorter than this between two waits is the same caller still waiting.
   constexpr int64_t kRewaitGapNs = 1000000000;
   int64_t first = handle->first_wait_ns.load(std::memory_order_relaxed);
+  if (first == 0 && handle->on_done != nullptr) {
+    return now_ns - handle->enqueued_ns >= static_cast<int64_t>(unwaited_callback_seconds * 1e9);
+  }
   if (first == 0 || now_ns - first < static_cast<int64_t>(min_seconds * 1e9)) return false;
   return handle->waiters.load(std::memory_order_relaxed) > 0 ||
          now_ns - handle->last_wait_end_ns.load(std::memory_order_relaxed) < kRewaitGapNs;

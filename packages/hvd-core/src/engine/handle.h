@@ -77,6 +77,9 @@ struct hvd_handle {
   std::atomic<int> waiters{0};
   std::atomic<int64_t> first_wait_ns{0};
   std::atomic<int64_t> last_wait_end_ns{0};
+  // When the operation was enqueued (steady-clock nanoseconds). Set before the
+  // engine sees the handle and never changed.
+  int64_t enqueued_ns = 0;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -105,8 +108,13 @@ void handle_fail_all(hvd_handle* handle, const Error& error);
 bool handle_wait(hvd_handle* handle, double timeout_seconds);
 // Whether a caller has been blocked on `handle` for at least `min_seconds`
 // by `now_ns` (steady clock). Waits that come back in quick succession (a
-// binding waiting in slices, to run signal handlers) count as one.
-bool handle_blocked_since(const hvd_handle* handle, int64_t now_ns, double min_seconds);
+// binding waiting in slices, to run signal handlers) count as one. An
+// operation nobody waits on but whose completion callback someone awaits
+// (TensorFlow's graph kernels) counts once it has been pending for
+// `unwaited_callback_seconds`: nothing says whether its rank is blocked on
+// it, so only an operation pending that long is taken to hold its rank.
+bool handle_blocked_since(const hvd_handle* handle, int64_t now_ns, double min_seconds,
+                          double unwaited_callback_seconds);
 int64_t steady_now_ns();
 
 

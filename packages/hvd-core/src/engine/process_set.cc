@@ -420,7 +420,9 @@ void ProcessSetRuntime::refresh_blocked(Clock::time_point now) {
   std::vector<std::string> names;
   const int64_t now_ns = steady_now_ns();
   for (const auto& [name, local] : in_flight_) {
-    if (handle_blocked_since(local.handle, now_ns, kBlockedAfterSeconds)) names.push_back(name);
+    if (handle_blocked_since(local.handle, now_ns, kBlockedAfterSeconds, context_.config.stall_check_seconds)) {
+      names.push_back(name);
+    }
   }
   std::sort(names.begin(), names.end());
   if (names != blocked_) {
