@@ -175,3 +175,50 @@ def test_process_sets_from_mpi4py_communicators_hold_their_world_ranks(mpi_bin):
     for report in _reports(result.stdout, 3):
         assert report["halves"] == ([0, 2] if report["rank"] % 2 == 0 else [1]), report
         assert report["dup"] == [0, 1, 2], report
+
+
+SPLIT_SETS = r"""
+import json, os
+import numpy as np
+from mpi4py import MPI
+import horovod.common as hvd
+world = MPI.COMM_WORLD
+halves = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())  # different ranks per process
+sets = [hvd.ProcessSet(halves), hvd.ProcessSet(world.Dup()), hvd.ProcessSet([0])]
+try:
+    hvd.init(comm=world, process_sets=sets)
+    error = None
+except ValueError as e:  # the Dup() is the whole job: the global set again
+    error = str(e)
+mine = sets[0]
+total = hvd.allreduce(np.array([float(hvd.rank())]), op=hvd.Sum, process_set=mine).tolist()
+again = [hvd.ProcessSet(halves), hvd.ProcessSet([0])]
+hvd.init(comm=world, process_sets=again)  # running: these take the registered ids
+world.Barrier()  # no rank shuts down before the others' second init (a departure would restart them)
+out = {"rank": hvd.rank(), "error": error, "initialized": hvd.is_initialized(),
+       "table": {str(k): v for k, v in hvd._basics._get_process_set_ids_and_ranks().items()},
+       "ids": [ps.process_set_id for ps in sets], "again": [ps.process_set_id for ps in again], "total": total,
+       "global_comm": hvd.global_process_set.mpi_comm is world}
+os.write(1, ("REPORT " + json.dumps(out) + "\n").encode())
+"""
+
+
+@pytest.mark.mpi
+def test_process_sets_from_split_communicators_are_registered_on_every_rank(mpi_bin):
+    # Horovod's hvd.init(comm=, process_sets=[ProcessSet(subcomm), ...]):
+    # each process names its own half; every rank registers both halves.
+    pytest.importorskip("mpi4py", reason="needs mpi4py (pip install mpi4py)")
+    argv = [os.path.join(mpi_bin, "mpirun"), "-np", "3"]
+    if "Open MPI" in subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout:
+        argv.append("--oversubscribe")
+    lib_dir = os.path.join(os.path.dirname(mpi_bin), "lib")
+    env = mpi_env(mpi_bin, LD_LIBRARY_PATH=lib_dir, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    result = subprocess.run(argv + [sys.executable, "-c", SPLIT_SETS], env=env, capture_output=True, text=True,
+                            timeout=180, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for report in _reports(result.stdout, 3):
+        even = report["rank"] % 2 == 0
+        assert "entry 1 ([0, 1, 2]) repeats" in report["error"] and report["initialized"], report
+        assert report["table"] == {"0": [0, 1, 2], "1": [0, 2], "2": [1], "3": [0]}, report
+        assert report["ids"] == [1 if even else 2, None, 3] and report["again"] == [1 if even else 2, 3], report
+        assert report["total"] == ([2.0] if even else [1.0]) and report["global_comm"], report

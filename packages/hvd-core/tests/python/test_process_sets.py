@@ -149,25 +149,49 @@ def test_process_set_takes_any_iterable_of_ranks():
             hvd.ProcessSet(bad)
 
 
-def test_duplicate_static_process_sets_fail_init_and_a_valid_init_follows():
+def test_repeated_static_process_sets_are_left_unregistered_with_an_error_as_in_horovod():
+    # Horovod starts the engine with the distinct sets, then raises ValueError
+    # for the repeats; an init while it runs gives sets the registered ids.
     results = ranks.run_ok(3, '''
-errors = []
-for sets in ([hvd.ProcessSet([0]), hvd.ProcessSet([0])],           # the same twice
-             [hvd.ProcessSet(range(2, -1, -1))],                   # the global set again
-             [hvd.ProcessSet([1, 1])], [hvd.ProcessSet([5])]):     # not distinct, not a rank
+def table():
+    return {str(k): v for k, v in hvd._basics._get_process_set_ids_and_ranks().items()}
+report = {}
+for label, sets in (("twice", [hvd.ProcessSet([0]), hvd.ProcessSet([0])]),
+                    ("global", [hvd.ProcessSet(range(2, -1, -1))])):
     try:
         hvd.init(process_sets=sets)
-        errors.append(None)
+        report[label] = None
     except ValueError as e:
-        errors.append(str(e))
-    assert not hvd.is_initialized()
+        report[label] = [str(e), hvd.is_initialized(), table(), [ps.process_set_id for ps in sets]]
+    hvd.shutdown()
+for label, sets in (("not distinct", [hvd.ProcessSet([1, 1])]), ("not a rank", [hvd.ProcessSet([5])])):
+    try:
+        hvd.init(process_sets=sets)
+        report[label] = None
+    except ValueError as e:
+        report[label] = [str(e), hvd.is_initialized()]
 ps = hvd.ProcessSet(reversed(range(1, 3)))
 hvd.init(process_sets=[hvd.ProcessSet([0]), ps])
-print(json.dumps({"errors": errors, "table": {str(k): v for k, v in hvd._basics._get_process_set_ids_and_ranks().items()},
-                  "id": ps.process_set_id}))
+report["table"], report["id"] = table(), ps.process_set_id
+later = [hvd.ProcessSet([2, 1])]
+hvd.init(process_sets=later)
+report["later"] = later[0].process_set_id
+try:
+    hvd.init(process_sets=[hvd.ProcessSet([0, 1])])
+    report["unknown"] = None
+except ValueError as e:
+    report["unknown"] = str(e)
+hvd.barrier()  # nobody shuts down while a peer still inits (a departure ends an engine)
+print(json.dumps(report))
 ''', timeout=90)
     for res in results:
-        assert "duplicates process set 1" in res["errors"][0]
-        assert "duplicates the global process set" in res["errors"][1]
-        assert "distinct ranks" in res["errors"][2] and "names rank 5" in res["errors"][3]
-        assert res["table"] == {"0": [0, 1, 2], "1": [0], "2": [1, 2]} and res["id"] == 2
+        message, running, table, ids = res["twice"]
+        assert "entry 1 ([0]) repeats" in message and running, res
+        assert table == {"0": [0, 1, 2], "1": [0]} and ids == [1, None], res
+        message, running, table, ids = res["global"]
+        assert "entry 0 ([0, 1, 2]) repeats" in message and running and table == {"0": [0, 1, 2]}, res
+        assert ids == [None], res
+        assert "distinct ranks" in res["not distinct"][0] and not res["not distinct"][1], res
+        assert "names rank 5" in res["not a rank"][0] and not res["not a rank"][1], res
+        assert res["table"] == {"0": [0, 1, 2], "1": [0], "2": [1, 2]} and res["id"] == 2, res
+        assert res["later"] == 2 and "entry 0 ([0, 1]) is not registered" in res["unknown"], res

@@ -110,6 +110,11 @@ class HorovodBasics:
             if library.hvd_is_initialized():
                 failure = library.hvd_get_async_error()
                 if not failure:
+                    # As with Horovod, the sets given now take the ids of the
+                    # registered sets with their ranks.
+                    if explicit:
+                        _process_sets._check_all_registered(
+                            process_sets, *_process_sets._on_init(self._topology.size, process_sets))
                     return
                 library.hvd_error_destroy(failure)
                 self._shutdown_locked()
@@ -128,6 +133,9 @@ class HorovodBasics:
             # Started again by an elastic reset (no process_sets given): the
             # sets this process had come back, as far as they fit.
             replay = elastic and not explicit
+            if not elastic:
+                rank_lists = _process_sets._distinct_rank_lists(
+                    process_sets, _process_sets._job_size_from_environment(), comm)
             while True:
                 if elastic:
                     # Each start of an elastic worker is a new round: the
@@ -136,13 +144,14 @@ class HorovodBasics:
                     # The remembered static sets (those just given, too) that
                     # fit this round's size.
                     process_sets = _process_sets._static_sets_for(assignment.size)
+                    rank_lists = _process_sets._distinct_rank_lists(process_sets, assignment.size)
                 args = c_api.InitArgs(struct_size=ctypes.sizeof(c_api.InitArgs))
-                flat = [r for ps in process_sets for r in ps.ranks]
+                flat = [r for ranks in rank_lists for r in ranks]
                 ranks = (ctypes.c_int32 * max(1, len(flat)))(*flat)
-                sizes = (ctypes.c_int32 * max(1, len(process_sets)))(*[len(ps.ranks) for ps in process_sets])
+                sizes = (ctypes.c_int32 * max(1, len(rank_lists)))(*[len(ranks) for ranks in rank_lists])
                 args.process_set_ranks = ranks
                 args.process_set_sizes = sizes
-                args.num_process_sets = len(process_sets)
+                args.num_process_sets = len(rank_lists)
                 try:
                     c_api.check(library.hvd_init(ctypes.byref(args)))
                     break
@@ -157,7 +166,8 @@ class HorovodBasics:
             if comm is not None:
                 self._check_comm_covers_the_job(comm)
             self._mpi_enabled = mpi_data_plane and self._topology.size > 1
-            _process_sets._on_init(self._topology.size, process_sets)
+            _process_sets.global_process_set.mpi_comm = comm if hasattr(comm, "Get_size") else None
+            unregistered = _process_sets._on_init(self._topology.size, process_sets)
             if elastic:
                 _process_sets._alias_whole_job(self._topology.size)
             if replay:
@@ -165,6 +175,8 @@ class HorovodBasics:
             if not self._atexit_registered:
                 atexit.register(self.shutdown)
                 self._atexit_registered = True
+            if explicit:
+                _process_sets._check_all_registered(process_sets, *unregistered)
 
     def _check_comm_covers_the_job(self, comm):
         size, rank = self._topology.size, self._topology.rank

@@ -3,6 +3,7 @@
 """Process sets: run collectives on a subset of the ranks."""
 
 import ctypes
+import os
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "process_set_id_of"]
@@ -21,11 +22,16 @@ class ProcessSet:
     Args:
         ranks: the ranks in the set, any iterable of ints (order does not
             matter), or an mpi4py communicator: its members, as ranks of
-            MPI_COMM_WORLD (which are hvd's ranks under mpirun).
+            MPI_COMM_WORLD (which are hvd's ranks under mpirun). A
+            communicator may hold different ranks on different processes
+            (one made by ``Comm.Split``): ``hvd.init()`` registers every
+            distinct set the processes name.
     """
 
     def __init__(self, ranks: Union[Iterable[int], Any]):
+        self.mpi_comm = None
         if hasattr(ranks, "Get_group"):
+            self.mpi_comm = ranks
             ranks = _communicator_ranks(ranks)
         try:
             ranks = list(ranks)
@@ -114,12 +120,70 @@ _static_sets: List["ProcessSet"] = []
 _dynamic_sets: List["ProcessSet"] = []
 
 
+def _job_size_from_environment():
+    """The job's size as the engine will read it, before it starts (1 without a launcher)."""
+    for variable in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        value = os.environ.get(variable, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def _distinct_rank_lists(process_sets, size, comm=None):
+    """The rank lists to register at start-up for `process_sets`: each distinct one once,
+    without the whole job (the global set). Sets made from communicators may differ between
+    processes, so then every process's lists are gathered over MPI (collective: every
+    process passes such sets, as with Horovod) and taken position by position, rank by rank."""
+    local = [list(ps.ranks) for ps in process_sets]
+    if any(ps.mpi_comm is not None for ps in process_sets):
+        from mpi4py import MPI
+        exchange = comm if hasattr(comm, "allgather") else MPI.COMM_WORLD
+        gathered = exchange.allgather(local)
+    else:
+        gathered = [local]
+    whole_job = list(range(size))
+    distinct = []
+    for position in range(max((len(lists) for lists in gathered), default=0)):
+        for lists in gathered:
+            if position < len(lists) and lists[position] != whole_job and lists[position] not in distinct:
+                distinct.append(lists[position])
+    return distinct
+
+
 def _on_init(size, process_sets):
-    """Called by HorovodBasics.init: assigns ids 1..n to the static sets."""
+    """Called by HorovodBasics.init once the engine runs: gives each of `process_sets` the id
+    of the registered set with its ranks (the whole job is the global set). Returns the
+    positions of the sets that repeat an earlier one or the global set (left unregistered,
+    as Horovod does), and of sets with ranks no registered set has."""
     global_process_set.ranks = list(range(size))
     global_process_set.process_set_id = 0
-    for i, ps in enumerate(process_sets or []):
-        ps.process_set_id = i + 1
+    id_of = {tuple(ranks): set_id for set_id, ranks in _basics._get_process_set_ids_and_ranks().items()}
+    taken = {0}
+    repeated, unknown = [], []
+    for position, ps in enumerate(process_sets or []):
+        set_id = id_of.get(tuple(ps.ranks))
+        if set_id is None:
+            ps._invalidate()
+            unknown.append(position)
+        elif set_id in taken:
+            ps._invalidate()
+            repeated.append(position)
+        else:
+            ps.process_set_id = set_id
+            taken.add(set_id)
+    return repeated, unknown
+
+
+def _check_all_registered(process_sets, repeated, unknown):
+    """ValueError naming the sets _on_init could not give an id."""
+    problems = ["entry %d (%s) repeats an earlier entry or the global process set" % (i, process_sets[i].ranks)
+                for i in repeated]
+    problems += ["entry %d (%s) is not registered: the engine already runs with other sets; add it with "
+                 "hvd.add_process_set() (HOROVOD_DYNAMIC_PROCESS_SETS=1)" % (i, process_sets[i].ranks)
+                 for i in unknown]
+    if problems:
+        raise ValueError("hvd.init(process_sets=...): " + "; ".join(problems) + ". hvd runs, with the other "
+                         "sets registered; those entries have no id (process sets must differ)")
 
 
 def _remember_static(process_sets):
