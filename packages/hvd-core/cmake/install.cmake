@@ -2,7 +2,7 @@
 # config so downstream code can `find_package(hvd_core)` with
 # -Dhvd_core_DIR=$(hvd-core-config --cmakedir).
 install(TARGETS hvd_core LIBRARY DESTINATION ${HVD_INSTALL_ROOT}/lib)
-install(DIRECTORY include/hvd DESTINATION ${HVD_INSTALL_ROOT}/include)
+install(DIRECTORY include/hvd include/dlpack DESTINATION ${HVD_INSTALL_ROOT}/include)
 include(CMakePackageConfigHelpers)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/hvd_coreConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/hvd_coreConfig.cmake

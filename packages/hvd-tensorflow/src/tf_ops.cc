@@ -146,8 +146,7 @@ class CollectiveOp : public AsyncOpKernel {
       call->done();
       return;
     }
-    hvd_enqueue_args args{};
-    args.struct_size = HVD_ENQUEUE_ARGS_STRUCT_SIZE;
+    hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
     args.collective = collective_;
     args.process_set_id = static_cast<int32_t>(process_set_id_);
     args.reduce_op = static_cast<int32_t>(reduce_op_);
@@ -229,8 +228,7 @@ class CollectiveOp : public AsyncOpKernel {
     call->args.resize(call->inputs.size());
     for (size_t i = 0; i < call->inputs.size(); ++i) {
       hvd_tensor_args& a = call->args[i];
-      a = hvd_tensor_args{};
-      a.struct_size = HVD_TENSOR_ARGS_STRUCT_SIZE;
+      a = HVD_TENSOR_ARGS_INIT;
       a.input = &call->inputs[i].dl;
       a.output = i < call->outputs.size() ? &call->outputs[i].dl : nullptr;
       a.name = call->names[i].data();
@@ -323,8 +321,7 @@ class AlltoallOp : public CollectiveOp {
   }
 
   absl::Status complete(OpKernelContext* ctx, hvd_handle* handle) override {
-    hvd_result r{};
-    r.struct_size = HVD_RESULT_STRUCT_SIZE;
+    hvd_result r = HVD_RESULT_INIT;
     r.tensor_index = 0;
     TF_RETURN_IF_ERROR(to_status(hvd_handle_get_result(handle, &r), type_string()));
     Tensor* received = nullptr;
@@ -348,8 +345,7 @@ class JoinOp : public CollectiveOp {
   }
   bool allocates_outputs() const override { return false; }
   absl::Status complete(OpKernelContext* ctx, hvd_handle* handle) override {
-    hvd_result r{};
-    r.struct_size = HVD_RESULT_STRUCT_SIZE;
+    hvd_result r = HVD_RESULT_INIT;
     TF_RETURN_IF_ERROR(to_status(hvd_handle_get_result(handle, &r), type_string()));
     Tensor* out = nullptr;
     TF_RETURN_IF_ERROR(ctx->allocate_output(0, TensorShape({}), &out));
@@ -412,14 +408,12 @@ class TopologyOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     int32_t value = 0;
     if (what_ == What::kIncluded || (what_ == What::kSize && process_set_id_ != 0)) {
-      hvd_process_set_info info{};
-      info.struct_size = HVD_PROCESS_SET_INFO_STRUCT_SIZE;
+      hvd_process_set_info info = HVD_PROCESS_SET_INFO_INIT;
       info.process_set_id = static_cast<int32_t>(process_set_id_);
       OP_REQUIRES_OK(ctx, to_status(hvd_get_process_set_info(&info), type_string()));
       value = what_ == What::kSize ? info.size : (info.rank >= 0 ? 1 : 0);
     } else {
-      hvd_topology topo{};
-      topo.struct_size = HVD_TOPOLOGY_STRUCT_SIZE;
+      hvd_topology topo = HVD_TOPOLOGY_INIT;
       OP_REQUIRES_OK(ctx, to_status(hvd_get_topology(&topo), type_string()));
       switch (what_) {
         case What::kSize: value = topo.size; break;

@@ -178,8 +178,7 @@ absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args, Ou
   HandlePtr handle(raw);
   if (ErrorPtr e{hvd_handle_wait(handle.get(), -1.0)}) return ToStatus(op_type, e.get());
   if (outcome != nullptr) {
-    hvd_result r{};
-    r.struct_size = HVD_RESULT_STRUCT_SIZE;
+    hvd_result r = HVD_RESULT_INIT;
     if (ErrorPtr e{hvd_handle_get_result(handle.get(), &r)}) return ToStatus(op_type, e.get());
     outcome->last_joined_rank = r.last_joined_rank;
     outcome->received_splits.assign(r.received_splits, r.received_splits + r.num_received_splits);
@@ -188,8 +187,7 @@ absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args, Ou
 }
 
 hvd_tensor_args TensorArgs(const DLTensor* input, DLTensor* output, std::string_view name) {
-  hvd_tensor_args t{};
-  t.struct_size = HVD_TENSOR_ARGS_STRUCT_SIZE;
+  hvd_tensor_args t = HVD_TENSOR_ARGS_INIT;
   t.input = input;
   t.output = output;
   t.name = name.data();

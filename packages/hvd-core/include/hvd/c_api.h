@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 3
+#define HVD_API_MINOR 4
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -61,6 +61,19 @@ extern "C" {
  * HVD_*_STRUCT_SIZE below names the struct's last field. */
 #define HVD_STRUCT_SIZE(type, last_field) \
   (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+/* Since 1.4: an initializer for any argument or output struct that sets its
+ * struct_size and zeroes the rest, so it cannot be forgotten:
+ *   hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
+ * Each struct below has its own HVD_*_INIT. (C++ before C++20 has no
+ * designated initializers, and a partial brace list draws
+ * -Wmissing-field-initializers there, hence the lambda.) */
+#ifdef __cplusplus
+#define HVD_STRUCT_INIT(type, struct_size_value) \
+  ([]() { type value_{}; value_.struct_size = (struct_size_value); return value_; }())
+#else
+#define HVD_STRUCT_INIT(type, struct_size_value) {.struct_size = (struct_size_value)}
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                   */
@@ -98,6 +111,22 @@ HVD_EXPORT hvd_error_code hvd_error_get_code(const hvd_error* error);
 HVD_EXPORT const char* hvd_error_get_message(const hvd_error* error,
                                              size_t* length /* out */);
 HVD_EXPORT void hvd_error_destroy(hvd_error* error);
+/* Since 1.4: what the error is about, for callers that act on it without
+ * parsing the message. Valid until hvd_error_destroy(error).
+ * The name of the tensor at fault ("", length 0, when the error is about no
+ * single tensor): set for mismatches (HVD_ERROR_PRECONDITION) and duplicate
+ * names. */
+HVD_EXPORT const char* hvd_error_get_tensor_name(const hvd_error* error,
+                                                 size_t* length /* out */);
+/* Since 1.4: the global ranks that caused the error, ascending; writes at
+ * most `capacity` to `ranks` and returns how many there are (0: none named).
+ * HVD_ERROR_PRECONDITION: the ranks whose request differs from the one most
+ * ranks made (ties: from the lowest rank's), or the joined ranks an operation
+ * other than allreduce cannot run with. HVD_ERROR_INTERNAL: the peer that
+ * died, froze, became unreachable, shut down or called hvd_abort(); every
+ * rank of the process set when the ranks diverged. */
+HVD_EXPORT size_t hvd_error_get_ranks(const hvd_error* error, int32_t* ranks,
+                                      size_t capacity);
 
 /* ------------------------------------------------------------------------ */
 /* Library identity                                                         */
@@ -124,6 +153,7 @@ typedef struct hvd_init_args {
   size_t num_process_sets;
 } hvd_init_args;
 #define HVD_INIT_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_init_args, num_process_sets)
+#define HVD_INIT_ARGS_INIT HVD_STRUCT_INIT(hvd_init_args, HVD_INIT_ARGS_STRUCT_SIZE)
 
 /* Joins the job described by the environment (HOROVOD_RANK, HOROVOD_SIZE,
  * ..., HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HOROVOD_SECRET_KEY; or the MPI
@@ -144,6 +174,16 @@ HVD_EXPORT int32_t hvd_is_initialized(void);
  * hvd_init() starts a new engine. The caller destroys the error. */
 HVD_EXPORT hvd_error* hvd_get_async_error(void);
 
+/* Since 1.4: ends this rank's engine now, as a failure would (NCCL's
+ * ncclCommAbort): its pending and later collectives fail with
+ * HVD_ERROR_INTERNAL naming this rank and `reason` (in; reason_len bytes,
+ * may be 0), and so do those of the other ranks of every process set, at
+ * once where the link is up, else within HOROVOD_PEER_TIMEOUT_SECONDS.
+ * hvd_get_async_error() then returns that error and hvd_init() starts a new
+ * engine. Does nothing when no engine runs. Safe from any thread, also from a
+ * completion callback. */
+HVD_EXPORT hvd_error* hvd_abort(const char* reason, size_t reason_len);
+
 typedef struct hvd_topology {
   size_t struct_size; /* in: HVD_TOPOLOGY_STRUCT_SIZE */
   int32_t rank;        /* out */
@@ -155,6 +195,7 @@ typedef struct hvd_topology {
   int32_t is_homogeneous; /* out: 1 when every host runs the same number of ranks */
 } hvd_topology;
 #define HVD_TOPOLOGY_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_topology, is_homogeneous)
+#define HVD_TOPOLOGY_INIT HVD_STRUCT_INIT(hvd_topology, HVD_TOPOLOGY_STRUCT_SIZE)
 
 HVD_EXPORT hvd_error* hvd_get_topology(hvd_topology* topology /* in/out */);
 
@@ -180,6 +221,7 @@ typedef struct hvd_process_set_info {
 } hvd_process_set_info;
 #define HVD_PROCESS_SET_INFO_STRUCT_SIZE \
   HVD_STRUCT_SIZE(hvd_process_set_info, ranks_capacity)
+#define HVD_PROCESS_SET_INFO_INIT HVD_STRUCT_INIT(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE)
 
 HVD_EXPORT hvd_error* hvd_get_process_set_info(hvd_process_set_info* info /* in/out */);
 /* Ids of all current process sets, ascending. Writes at most `capacity`;
@@ -247,6 +289,7 @@ typedef struct hvd_tensor_args {
   size_t name_len;
 } hvd_tensor_args;
 #define HVD_TENSOR_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_tensor_args, name_len)
+#define HVD_TENSOR_ARGS_INIT HVD_STRUCT_INIT(hvd_tensor_args, HVD_TENSOR_ARGS_STRUCT_SIZE)
 
 typedef struct hvd_enqueue_args {
   size_t struct_size;     /* HVD_ENQUEUE_ARGS_STRUCT_SIZE */
@@ -260,7 +303,11 @@ typedef struct hvd_enqueue_args {
   double prescale_factor;  /* allreduce, reducescatter: multiply inputs; 0 means 1 */
   double postscale_factor; /* allreduce, reducescatter: multiply results; 0 means 1 */
   /* One tensor, or several for a grouped collective: a group is negotiated
-   * and executed as one unit. in; each entry as hvd_tensor_args says. */
+   * and executed as one unit. in; each entry as hvd_tensor_args says. Since
+   * 1.4 the library steps through the array by the caller's element size:
+   * tensors[0].struct_size rounded up to a multiple of alignof(size_t) (fields
+   * appended to hvd_tensor_args never need more), which is the caller's
+   * sizeof(hvd_tensor_args); every entry must have that struct_size. */
   const hvd_tensor_args* tensors;
   size_t num_tensors;
   hvd_alloc_fn alloc; /* optional */
@@ -271,6 +318,7 @@ typedef struct hvd_enqueue_args {
   uint32_t flags;
 } hvd_enqueue_args;
 #define HVD_ENQUEUE_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_enqueue_args, flags)
+#define HVD_ENQUEUE_ARGS_INIT HVD_STRUCT_INIT(hvd_enqueue_args, HVD_ENQUEUE_ARGS_STRUCT_SIZE)
 
 typedef enum hvd_enqueue_flags {
   /* The caller will call hvd_handle_wait() on this handle right away. The
@@ -319,6 +367,7 @@ typedef struct hvd_result {
   int32_t last_joined_rank;
 } hvd_result;
 #define HVD_RESULT_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_result, last_joined_rank)
+#define HVD_RESULT_INIT HVD_STRUCT_INIT(hvd_result, HVD_RESULT_STRUCT_SIZE)
 
 /* The handle must have completed successfully. */
 HVD_EXPORT hvd_error* hvd_handle_get_result(hvd_handle* handle, hvd_result* result /* in/out */);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/error.h"
@@ -17,17 +18,23 @@
 struct hvd_error {
   hvd_error_code code;
   std::string message;
+  std::string tensor;          // hvd_error_get_tensor_name
+  std::vector<int32_t> ranks;  // hvd_error_get_ranks
 };
 
 namespace hvd {
 namespace {
 
 // Returned when even the error object cannot be allocated; never freed.
-hvd_error g_out_of_memory{HVD_ERROR_INTERNAL, "out of memory"};
+hvd_error g_out_of_memory{HVD_ERROR_INTERNAL, "out of memory", "", {}};
 
-hvd_error* make_error(hvd_error_code code, const std::string& message) {
+hvd_error* make_error(hvd_error_code code, const std::string& message, const std::string& tensor = {},
+                      const std::vector<int>& ranks = {}) {
   try {
-    return new hvd_error{code, message};
+    std::vector<int32_t> sorted(ranks.begin(), ranks.end());
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    return new hvd_error{code, message, tensor, std::move(sorted)};
   } catch (...) {
     return &g_out_of_memory;
   }
@@ -118,6 +125,27 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+// Entry i of args->tensors. The array's element size is the caller's
+// sizeof(hvd_tensor_args), which grows when a minor appends a field, so the
+// library steps by the caller's struct_size (rounded up to the struct's
+// alignment: that is sizeof), never by its own sizeof.
+const hvd_tensor_args* tensor_args_at(const hvd_enqueue_args* args, size_t i) {
+  static_assert(alignof(hvd_tensor_args) == alignof(size_t), "appended fields keep size_t's alignment");
+  if (args->tensors == nullptr || i >= args->num_tensors) return nullptr;
+  const size_t size = args->tensors[0].struct_size;
+  require_struct(size, HVD_TENSOR_ARGS_STRUCT_SIZE, "hvd_tensor_args");
+  constexpr size_t align = alignof(hvd_tensor_args);
+  const size_t stride = (size + align - 1) / align * align;
+  const auto* entry =
+      reinterpret_cast<const hvd_tensor_args*>(reinterpret_cast<const char*>(args->tensors) + i * stride);
+  if (entry->struct_size != size) {
+    throw_error(ErrorCode::kInvalidArgument, "hvd_enqueue_args.tensors[" + std::to_string(i) + "] has struct_size " +
+                                                 std::to_string(entry->struct_size) + " but tensors[0] has " +
+                                                 std::to_string(size) + ": every entry must have the same");
+  }
+  return entry;
+}
+
 hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, int world_size) {
   require_struct(args->struct_size, offsetof(hvd_enqueue_args, num_tensors) + sizeof(size_t), "hvd_enqueue_args");
   auto collective = static_cast<Collective>(args->collective);
@@ -184,11 +212,8 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
     m.root_rank = root_member;
     m.prescale = prescale;
     m.postscale = postscale;
-    const hvd_tensor_args* ta = (args->tensors != nullptr && i < args->num_tensors) ? &args->tensors[i] : nullptr;
-    if (ta != nullptr) {
-      require_struct(ta->struct_size, offsetof(hvd_tensor_args, name_len) + sizeof(size_t), "hvd_tensor_args");
-      if (ta->name != nullptr && ta->name_len > 0) m.name.assign(ta->name, ta->name_len);
-    }
+    const hvd_tensor_args* ta = tensor_args_at(args, i);
+    if (ta != nullptr && ta->name != nullptr && ta->name_len > 0) m.name.assign(ta->name, ta->name_len);
     if (tensorless) {
       m.dtype = DataType::kUInt8;
       h->tensors.push_back(std::move(slot));
@@ -263,7 +288,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
 #define HVD_API_END                                                                        \
   }                                                                                        \
   catch (const hvd::Error& e) {                                                            \
-    return hvd::make_error(static_cast<hvd_error_code>(e.code()), e.what());              \
+    return hvd::make_error(static_cast<hvd_error_code>(e.code()), e.what(), e.tensor(), e.ranks()); \
   }                                                                                        \
   catch (const std::bad_alloc&) {                                                          \
     return hvd::make_error(HVD_ERROR_INTERNAL, "out of memory");                          \
@@ -289,6 +314,17 @@ const char* hvd_error_get_message(const hvd_error* error, size_t* length) {
   }
   if (length) *length = error->message.size();
   return error->message.c_str();
+}
+
+const char* hvd_error_get_tensor_name(const hvd_error* error, size_t* length) {
+  if (length) *length = error != nullptr ? error->tensor.size() : 0;
+  return error != nullptr ? error->tensor.c_str() : "";
+}
+
+size_t hvd_error_get_ranks(const hvd_error* error, int32_t* ranks, size_t capacity) {
+  if (error == nullptr) return 0;
+  for (size_t i = 0; i < error->ranks.size() && i < capacity && ranks != nullptr; ++i) ranks[i] = error->ranks[i];
+  return error->ranks.size();
 }
 
 void hvd_error_destroy(hvd_error* error) {
@@ -317,8 +353,14 @@ hvd_error* hvd_shutdown(void) {
 
 hvd_error* hvd_get_async_error(void) {
   HVD_API_BEGIN
-  std::string why = Engine::failure();
-  if (!why.empty()) hvd::throw_error(hvd::ErrorCode::kInternal, why);
+  if (std::shared_ptr<const hvd::Error> why = Engine::failure()) throw *why;
+  HVD_API_END
+}
+
+hvd_error* hvd_abort(const char* reason, size_t reason_len) {
+  HVD_API_BEGIN
+  if (reason == nullptr && reason_len > 0) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "reason is NULL");
+  Engine::abort(reason_len > 0 ? std::string(reason, reason_len) : std::string());
   HVD_API_END
 }
 
@@ -416,7 +458,7 @@ hvd_error* hvd_handle_wait(hvd_handle* handle, double timeout_seconds) {
     hvd::throw_error(hvd::ErrorCode::kTimeout, "the operation did not complete within " +
                                                    std::to_string(timeout_seconds) + " s; it is still in flight");
   }
-  if (handle->failed) hvd::throw_error(handle->error_code, handle->error_message);
+  if (handle->failed) throw handle->error;
   HVD_API_END
 }
 
@@ -427,7 +469,7 @@ hvd_error* hvd_handle_get_result(hvd_handle* handle, hvd_result* result) {
   if (!handle->completed.load(std::memory_order_acquire)) {
     hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "the operation has not completed; wait for it first");
   }
-  if (handle->failed) hvd::throw_error(handle->error_code, handle->error_message);
+  if (handle->failed) throw handle->error;
   if (result->tensor_index >= handle->tensors.size()) {
     hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "tensor_index " + std::to_string(result->tensor_index) +
                                                            " is out of range");

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hvd/c_api.h"
 
@@ -21,16 +23,24 @@ enum class ErrorCode : int {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  // `tensor` and `ranks` say what the error is about, for callers that act on
+  // it without reading the message (hvd_error_get_tensor_name/_ranks): the
+  // tensor's name, and the global ranks that caused it.
+  Error(ErrorCode code, const std::string& message, std::string tensor = {}, std::vector<int> ranks = {})
+      : std::runtime_error(message), code_(code), tensor_(std::move(tensor)), ranks_(std::move(ranks)) {}
   ErrorCode code() const { return code_; }
+  const std::string& tensor() const { return tensor_; }
+  const std::vector<int>& ranks() const { return ranks_; }
 
  private:
   ErrorCode code_;
+  std::string tensor_;
+  std::vector<int> ranks_;
 };
 
-[[noreturn]] inline void throw_error(ErrorCode code, const std::string& message) {
-  throw Error(code, message);
+[[noreturn]] inline void throw_error(ErrorCode code, const std::string& message, std::string tensor = {},
+                                     std::vector<int> ranks = {}) {
+  throw Error(code, message, std::move(tensor), std::move(ranks));
 }
 
 }  // namespace hvd

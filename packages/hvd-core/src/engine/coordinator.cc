@@ -172,9 +172,15 @@ std::string Coordinator::departure() const {
          "collectives in process set " + std::to_string(config_.process_set_id) + " can no longer complete";
 }
 
+std::vector<int> Coordinator::left_ranks() const {
+  std::vector<int> ranks;
+  for (int m : left_) ranks.push_back(config_.global_ranks[static_cast<size_t>(m)]);
+  return ranks;
+}
+
 bool Coordinator::idle() const { return pending_.empty() && joined_count_ == 0; }
 
-std::string Coordinator::validate(const std::string& name, const Pending& p) const {
+std::string Coordinator::validate(const std::string& name, const Pending& p, std::vector<int>* at_fault) const {
   // Group members by the value of one field; a mismatch names every rank.
   auto check = [&](const char* what, auto value_of) -> std::string {
     std::map<std::string, std::vector<int>> by_value;
@@ -186,6 +192,15 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
       by_value[v].push_back(m);
     }
     if (by_value.size() <= 1) return "";
+    // At fault: every rank outside the largest group (the first one on ties).
+    const std::string* most = &order[0];
+    for (const auto& v : order) {
+      if (by_value[v].size() > by_value[*most].size()) most = &v;
+    }
+    for (const auto& v : order) {
+      if (&v == most) continue;
+      for (int m : by_value[v]) at_fault->push_back(config_.global_ranks[static_cast<size_t>(m)]);
+    }
     std::ostringstream out;
     out << "Mismatched " << what << " for tensor '" << name << "': ";
     for (size_t i = 0; i < order.size(); ++i) {
@@ -241,6 +256,7 @@ std::string Coordinator::validate(const std::string& name, const Pending& p) con
   }
   // As in Horovod, a joined rank can only stand in for an allreduce (with zeros).
   if (!joined_missing.empty() && c != Collective::kAllreduce) {
+    for (int m : joined_missing) at_fault->push_back(config_.global_ranks[static_cast<size_t>(m)]);
     return std::string(collective_name(c)) + " of tensor '" + name + "' cannot run while rank(s) " +
            rank_list(joined_missing) + " have joined: only allreduce supports join.";
   }
@@ -270,13 +286,15 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
     }
   }
   Response r;
-  std::string err = validate(name, p);
+  std::vector<int> at_fault;
+  std::string err = validate(name, p, &at_fault);
   r.names.push_back(name);
   r.collective = ref->collective;
   if (!err.empty()) {
     r.kind = Response::Kind::kError;
     r.error_message = err;
     r.error_code = HVD_ERROR_PRECONDITION;
+    r.error_ranks.assign(at_fault.begin(), at_fault.end());
     return r;
   }
   r.dtype = ref->dtype;

@@ -47,6 +47,8 @@ class Coordinator {
   void member_left(int member);
   // Why the set is unusable because members left; empty when none did.
   std::string departure() const;
+  // The global ranks of the members that left.
+  std::vector<int> left_ranks() const;
   // Nothing is pending and nobody waits in join.
   bool idle() const;
   // The responses to run now, in order. When ready allreduces are held back
@@ -84,7 +86,9 @@ class Coordinator {
   int size() const { return static_cast<int>(config_.global_ranks.size()); }
   void check_complete(const std::string& name);
   Response build_response(const std::string& name, Pending& pending);
-  std::string validate(const std::string& name, const Pending& pending) const;
+  // Empty when the requests agree; else the reason, with the global ranks at
+  // fault in *at_fault (see hvd_error_get_ranks).
+  std::string validate(const std::string& name, const Pending& pending, std::vector<int>* at_fault) const;
   std::vector<Response> fuse(std::vector<Response> singles) const;
   std::string rank_list(const std::vector<int>& members) const;
   int64_t response_bytes(const Response& r) const;

@@ -94,28 +94,39 @@ bool Engine::initialized() {
   return g_engine != nullptr;
 }
 
-std::string Engine::global_set_failure() {
+std::shared_ptr<const Error> Engine::global_set_failure() {
   std::lock_guard<std::mutex> lock(sets_mu_);
   auto it = sets_.find(0);
-  return it == sets_.end() ? std::string() : it->second->failure();
+  return it == sets_.end() ? nullptr : it->second->failure();
 }
 
-std::string Engine::failure() {
+std::shared_ptr<const Error> Engine::failure() {
   std::shared_ptr<Engine> engine;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     engine = g_engine;
   }
-  return engine ? engine->global_set_failure() : std::string();
+  return engine ? engine->global_set_failure() : nullptr;
+}
+
+void Engine::abort(const std::string& reason) {
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    engine = g_engine;
+  }
+  if (!engine) return;
+  std::string why = "rank " + std::to_string(engine->topology_.rank) + " aborted the job (hvd_abort)";
+  engine->abort_all(Error(ErrorCode::kInternal, reason.empty() ? why : why + ": " + reason, "", {engine->topology_.rank}));
 }
 
 void Engine::init(const hvd_init_args* args) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_engine) {
-    std::string why = g_engine->global_set_failure();
-    if (why.empty()) return;
+    std::shared_ptr<const Error> why = g_engine->global_set_failure();
+    if (!why) return;
     // A failed engine is of no use: every rank meets again in a new one.
-    HVD_LOG(kInfo, "replacing the engine that failed: " << why);
+    HVD_LOG(kInfo, "replacing the engine that failed: " << why->what());
     std::shared_ptr<Engine> failed;
     failed.swap(g_engine);
     failed->stop();
@@ -318,7 +329,7 @@ void Engine::start(const hvd_init_args* args) {
   context_.connections = connections_.get();
   context_.timeline = t.rank == 0 ? &timeline_ : nullptr;
   context_.key_prefix = key_prefix;
-  context_.on_fatal = [this](const std::string& reason) { abort_all(reason); };
+  context_.on_fatal = [this](const Error& error) { abort_all(error); };
 
   // HOROVOD_TIMELINE=DYNAMIC (Horovod's spelling) means no timeline until
   // hvd.start_timeline() is called; any other value is the file to write.
@@ -359,13 +370,13 @@ void Engine::stop() {
   store_.reset();
 }
 
-void Engine::abort_all(const std::string& reason) {
+void Engine::abort_all(const Error& error) {
   std::vector<std::shared_ptr<ProcessSetRuntime>> sets;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     for (auto& [id, s] : sets_) sets.push_back(s);
   }
-  for (auto& s : sets) s->abort(reason);
+  for (auto& s : sets) s->abort(error);
 }
 
 std::shared_ptr<ProcessSetRuntime> Engine::process_set(int32_t id) {
@@ -405,7 +416,7 @@ std::vector<std::vector<int32_t>> Engine::allgather_on_global_set(const std::vec
   }
   handle_wait(h, -1);
   if (h->failed) {
-    Error e(h->error_code, h->error_message);
+    Error e = h->error;
     handle_unref(h);
     throw e;
   }

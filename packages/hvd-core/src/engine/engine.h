@@ -37,7 +37,10 @@ class Engine {
   static void shutdown();
   // Why the running engine can do no more collectives; empty while it works
   // (or when none runs).
-  static std::string failure();
+  static std::shared_ptr<const Error> failure();
+  // hvd_abort: fails every process set of the running engine, this rank's
+  // and its peers', with `reason`. Does nothing when none runs.
+  static void abort(const std::string& reason);
 
   ~Engine();
   const Topology& topology() const { return topology_; }
@@ -53,8 +56,8 @@ class Engine {
   Engine() = default;
   void start(const hvd_init_args* args);
   void stop();
-  void abort_all(const std::string& reason);
-  std::string global_set_failure();
+  void abort_all(const Error& error);
+  std::shared_ptr<const Error> global_set_failure();
   std::shared_ptr<ProcessSetRuntime> create_process_set(int32_t id, std::vector<int> ranks);
   // Runs a collective on the global set from inside the engine and waits.
   std::vector<std::vector<int32_t>> allgather_on_global_set(const std::vector<int32_t>& values,

@@ -76,8 +76,7 @@ void handle_complete_tensor(hvd_handle* handle, size_t index, const Error* error
   (void)index;
   if (error != nullptr && !handle->failed) {
     handle->failed = true;
-    handle->error_code = error->code();
-    handle->error_message = error->what();
+    handle->error = *error;
   }
   if (handle->remaining == 0) return;  // already finished (defensive)
   if (--handle->remaining == 0) finish(handle);
@@ -87,8 +86,7 @@ void handle_fail_all(hvd_handle* handle, const Error& error) {
   if (handle->remaining == 0) return;
   if (!handle->failed) {
     handle->failed = true;
-    handle->error_code = error.code();
-    handle->error_message = error.what();
+    handle->error = error;
   }
   handle->remaining = 0;
   finish(handle);

@@ -86,8 +86,7 @@ struct hvd_handle {
   std::atomic<bool> completed{false};
   size_t remaining = 0;  // tensors not yet completed (engine thread only)
   bool failed = false;
-  hvd::ErrorCode error_code = hvd::ErrorCode::kInternal;
-  std::string error_message;
+  hvd::Error error{hvd::ErrorCode::kInternal, ""};  // when failed
   int32_t last_joined_rank = -1;
 
   ~hvd_handle();

@@ -148,6 +148,8 @@ std::string encode_responses(const std::vector<Response>& responses) {
     w.pod<int32_t>(r.last_joined_rank);
     w.str(r.error_message);
     w.pod<int32_t>(r.error_code);
+    w.pod<uint32_t>(static_cast<uint32_t>(r.error_ranks.size()));
+    for (auto rank : r.error_ranks) w.pod<int32_t>(rank);
   }
   return w.take();
 }
@@ -179,6 +181,8 @@ std::vector<Response> decode_responses(const std::string& payload) {
     m.last_joined_rank = r.pod<int32_t>();
     m.error_message = r.str();
     m.error_code = r.pod<int32_t>();
+    m.error_ranks.resize(r.count(4));
+    for (auto& rank : m.error_ranks) rank = r.pod<int32_t>();
   }
   return out;
 }
@@ -195,6 +199,24 @@ std::vector<std::string> decode_names(const std::string& payload) {
   std::vector<std::string> out(r.count(4));
   for (auto& n : out) n = r.str();
   return out;
+}
+
+std::string encode_failure(const Error& error) {
+  Writer w;
+  w.str(error.what());
+  w.str(error.tensor());
+  w.pod<uint32_t>(static_cast<uint32_t>(error.ranks().size()));
+  for (int rank : error.ranks()) w.pod<int32_t>(rank);
+  return w.take();
+}
+
+Error decode_failure(const std::string& payload) {
+  Reader r(payload);
+  std::string message = r.str();
+  std::string tensor = r.str();
+  std::vector<int> ranks(r.count(4));
+  for (auto& rank : ranks) rank = r.pod<int32_t>();
+  return Error(ErrorCode::kInternal, message, std::move(tensor), std::move(ranks));
 }
 
 }  // namespace hvd

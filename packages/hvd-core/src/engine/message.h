@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/error.h"
 #include "hvd/c_api.h"
 
 namespace hvd {
@@ -62,6 +63,7 @@ struct Response {
   int32_t last_joined_rank = -1;  // join
   std::string error_message;      // kError
   int32_t error_code = HVD_ERROR_PRECONDITION;  // kError: an hvd_error_code
+  std::vector<int32_t> error_ranks;             // kError: the global ranks at fault
 };
 
 // Control-channel message types.
@@ -79,6 +81,9 @@ std::vector<RequestMeta> decode_requests(const std::string& payload);
 std::string encode_responses(const std::vector<Response>& responses);
 std::vector<Response> decode_responses(const std::string& payload);
 std::string encode_names(const std::vector<std::string>& names);
+// kAbort's payload: why a process set failed, with the ranks at fault.
+std::string encode_failure(const Error& error);
+Error decode_failure(const std::string& payload);
 std::vector<std::string> decode_names(const std::string& payload);
 
 }  // namespace hvd

@@ -141,9 +141,9 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
                                                  " is not a member of process set " + std::to_string(id_));
   }
   if (closed_) {
-    Error error(closed_code_, closed_reason_);
+    std::shared_ptr<const Error> error = closed_error_;
     lock.unlock();
-    handle_fail_all(handle, error);
+    handle_fail_all(handle, *error);
     return;
   }
   std::vector<std::string> names;
@@ -191,21 +191,21 @@ void ProcessSetRuntime::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ProcessSetRuntime::abort(const std::string& reason) {
+void ProcessSetRuntime::abort(const Error& error) {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
-    if (abort_reason_.empty()) abort_reason_ = reason;
+    if (!abort_error_) abort_error_ = std::make_shared<const Error>(error);
   }
   abort_requested_.store(true);
-  if (comm_) comm_->abort(reason);
+  if (comm_) comm_->abort(error.what());
   uint64_t one = 1;
   ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
   (void)ignored;
 }
 
-std::string ProcessSetRuntime::failure() const {
+std::shared_ptr<const Error> ProcessSetRuntime::failure() const {
   std::lock_guard<std::mutex> lock(queue_mu_);
-  return closed_ ? closed_reason_ : departure_;
+  return closed_ ? closed_error_ : departure_;
 }
 
 void ProcessSetRuntime::release_name(const std::string& name) {
@@ -217,21 +217,21 @@ void ProcessSetRuntime::guarded_step() {
   try {
     step();
   } catch (const Error& e) {
-    fail(e.what());
+    fail(e);
   } catch (const std::exception& e) {
-    fail(std::string("unexpected error in the background thread of process set ") + std::to_string(id_) + ": " +
-         e.what());
+    fail(Error(ErrorCode::kInternal, std::string("unexpected error in the background thread of process set ") +
+                                         std::to_string(id_) + ": " + e.what()));
   }
 }
 
 void ProcessSetRuntime::step() {
   if (abort_requested_.load()) {
-    std::string reason;
+    std::shared_ptr<const Error> error;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
-      reason = abort_reason_;
+      error = abort_error_;
     }
-    fail(reason);
+    fail(*error);
     return;
   }
   if (stop_requested_.load()) {
@@ -351,13 +351,14 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       continue;
     }
     if (r.kind == Response::Kind::kError) {
-      Error error(static_cast<ErrorCode>(r.error_code), r.error_message);
+      const std::vector<int> at_fault(r.error_ranks.begin(), r.error_ranks.end());
       for (const auto& name : r.names) {
         auto it = in_flight_.find(name);
         if (it == in_flight_.end()) continue;
         LocalTensor local = it->second;
         in_flight_.erase(it);
         release_name(name);
+        Error error(static_cast<ErrorCode>(r.error_code), r.error_message, name, at_fault);
         handle_complete_tensor(local.handle, local.index, &error);
       }
       continue;
@@ -409,7 +410,7 @@ void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
       const std::string reason = ch.peer() + " sent nothing for " + std::to_string(static_cast<int>(timeout)) +
                                  " s: it is frozen, unreachable or dead (HOROVOD_PEER_TIMEOUT_SECONDS=" +
                                  std::to_string(timeout) + ")";
-      throw_error(ErrorCode::kInternal, reason);
+      throw_error(ErrorCode::kInternal, reason, "", {ranks_[i]});
     }
   }
 }
@@ -451,7 +452,7 @@ void ProcessSetRuntime::step_coordinator() {
         // A member failed (it lost a peer of its own): the same cause ends
         // the set everywhere, rather than its departure hiding it.
         channels_[m].close();
-        throw_error(ErrorCode::kInternal, payload);
+        throw decode_failure(payload);
       }
     }
   }
@@ -461,16 +462,17 @@ void ProcessSetRuntime::step_coordinator() {
     blocked_reported_ = true;
   }
   std::string diverged = coordinator_->inspect_divergence(now);
-  if (!diverged.empty()) throw_error(ErrorCode::kInternal, diverged);
+  if (!diverged.empty()) throw_error(ErrorCode::kInternal, diverged, "", ranks_);
   std::string departed = coordinator_->departure();
   if (!departed.empty()) {
+    auto departure = std::make_shared<const Error>(ErrorCode::kInternal, departed, "", coordinator_->left_ranks());
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
-      departure_ = departed;
+      departure_ = departure;
     }
     // A job that is simply ending submits nothing more: no failure to report.
     // Anything submitted now can never complete: fail the set on every rank.
-    if (!coordinator_->idle()) throw_error(ErrorCode::kInternal, departed);
+    if (!coordinator_->idle()) throw *departure;
   }
   wake_at_ = Clock::time_point::max();
   auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
@@ -512,14 +514,14 @@ void ProcessSetRuntime::step_worker() {
                            " has shut down. " + kShutDownMessage;
       if (in_flight_.empty() && join_handle_ == nullptr && !queue_nonempty_.load()) {
         // The job is ending normally: nothing was lost, so nothing to report.
-        fail_everything(Error(ErrorCode::kInternal, reason));
+        fail_everything(Error(ErrorCode::kInternal, reason, "", {ranks_[0]}));
         finished_ = true;
         return;
       }
-      throw_error(ErrorCode::kInternal, reason);
+      throw_error(ErrorCode::kInternal, reason, "", {ranks_[0]});
     } else if (type == MessageType::kAbort) {
       channels_[0].close();
-      throw_error(ErrorCode::kInternal, payload);
+      throw decode_failure(payload);
     }
   }
   check_heartbeats(Clock::now());
@@ -530,8 +532,7 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     closed_ = true;
-    closed_code_ = error.code();
-    closed_reason_ = error.what();
+    closed_error_ = std::make_shared<const Error>(error);
     queued.swap(queue_);
     queue_nonempty_.store(false);
     names_in_flight_.clear();
@@ -548,22 +549,24 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
   for (hvd_handle* h : handles) handle_fail_all(h, error);
 }
 
-void ProcessSetRuntime::fail(const std::string& reason) {
+void ProcessSetRuntime::fail(const Error& error) {
+  const std::string reason = error.what();
   HVD_LOG(kError, "process set " << id_ << " failed: " << reason);
   // The coordinator tells every member why; a member tells the coordinator,
   // which passes it on, so every rank reports the first cause.
   for (auto& ch : channels_) {
     if (!ch.open()) continue;
     try {
-      ch.send(MessageType::kAbort, reason);
+      ch.send(MessageType::kAbort, encode_failure(error));
     } catch (const Error&) {
     }
   }
   if (comm_) comm_->abort(reason);
   for (auto& ch : channels_) ch.close();
-  fail_everything(Error(ErrorCode::kInternal, reason));
+  Error failure(ErrorCode::kInternal, reason, error.tensor(), error.ranks());
+  fail_everything(failure);
   finished_ = true;
-  if (context_.on_fatal) context_.on_fatal(reason);
+  if (context_.on_fatal) context_.on_fatal(failure);
 }
 
 }  // namespace hvd

@@ -55,7 +55,7 @@ struct ProcessSetContext {
   std::string key_prefix;        // unique per job and init generation
   // Called (from any thread) when this set fails for a reason that dooms
   // the whole job (peer death): the engine aborts every other set too.
-  std::function<void(const std::string&)> on_fatal;
+  std::function<void(const Error&)> on_fatal;
 };
 
 class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<ProcessSetRuntime> {
@@ -77,11 +77,11 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void enqueue(hvd_handle* handle);
   // Clean shutdown: tells the peers, stops the thread, fails what is pending.
   void stop();
-  // Failure elsewhere: everything pending and later fails with `reason`.
-  void abort(const std::string& reason);
+  // Failure elsewhere: everything pending and later fails with `error`.
+  void abort(const Error& error);
   // Why this set can run nothing any more (it failed, or was stopped);
-  // empty while it works.
-  std::string failure() const;
+  // null while it works.
+  std::shared_ptr<const Error> failure() const;
 
   // Driver: a waiting caller runs the engine on its own thread.
   bool drive_once() override;
@@ -109,7 +109,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // has been blocked on for a while; when they changed, sets blocked_ and
   // clears blocked_reported_ (the coordinator must hear of them).
   void refresh_blocked(Clock::time_point now);
-  void fail(const std::string& reason);
+  void fail(const Error& error);
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
 
@@ -125,15 +125,14 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::unordered_set<std::string> names_in_flight_;
   std::unordered_map<int, uint64_t> noname_counters_;
   bool closed_ = false;             // stopped or failed: enqueue fails at once
-  ErrorCode closed_code_ = ErrorCode::kInternal;
-  std::string closed_reason_;
-  std::string departure_;  // coordinator: members left, so the set is unusable (see failure())
+  std::shared_ptr<const Error> closed_error_;  // why enqueue fails (closed_)
+  std::shared_ptr<const Error> departure_;     // coordinator: members left, so the set is unusable (see failure())
   std::atomic<bool> queue_nonempty_{false};
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> abort_requested_{false};
   std::atomic<int> active_drivers_{0};  // callers inside handle_wait's drive loop
-  std::string abort_reason_;  // guarded by queue_mu_
+  std::shared_ptr<const Error> abort_error_;  // guarded by queue_mu_
   int wake_fd_ = -1;
 
   // Whoever holds drive_mu_ (the background thread, or a caller waiting in

@@ -2,7 +2,9 @@
  * a struct of exactly the 1.0 size works, a smaller one is refused naming
  * the struct, and a caller built against a later minor (a larger struct,
  * with fields this library does not know) gets nothing written past the
- * fields the library knows. One process, no launcher. Run by
+ * fields the library knows, and has its arrays of hvd_tensor_args read at
+ * its own element size. Also the HVD_*_INIT initializers and the DLPack
+ * header's own definitions. One process, no launcher. Run by
  * tests/python/test_packaging.py. */
 #include <hvd/c_api.h>
 
@@ -30,10 +32,81 @@ typedef struct {
   unsigned char future[32];
 } newer_topology;
 
+/* The same for hvd_tensor_args, whose callers pass arrays of them. */
+typedef struct {
+  hvd_tensor_args known;
+  int64_t future;
+} newer_tensor_args;
+
+/* A grouped allreduce (Sum) of two float tensors, described with
+ * `newer_tensor_args` entries; returns 1 when both results are right. */
+static int grouped_sum_with_newer_entries(void) {
+  float a[2] = {1.0f, 2.0f}, b[3] = {3.0f, 4.0f, 5.0f}, a_out[2] = {0}, b_out[3] = {0};
+  int64_t a_shape[1] = {2}, b_shape[1] = {3};
+  DLDataType f32 = {kDLFloat, 32, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  DLTensor ta = {a, cpu, 1, f32, a_shape, NULL, 0}, tb = {b, cpu, 1, f32, b_shape, NULL, 0};
+  DLTensor oa = {a_out, cpu, 1, f32, a_shape, NULL, 0}, ob = {b_out, cpu, 1, f32, b_shape, NULL, 0};
+  newer_tensor_args entries[2];
+  memset(entries, 0xEE, sizeof(entries)); /* garbage in the fields this library does not know */
+  hvd_tensor_args first = HVD_TENSOR_ARGS_INIT, second = HVD_TENSOR_ARGS_INIT;
+  first.input = &ta;
+  first.output = &oa;
+  first.name = "newer.a";
+  first.name_len = 7;
+  second.input = &tb;
+  second.output = &ob;
+  second.name = "newer.b";
+  second.name_len = 7;
+  entries[0].known = first;
+  entries[1].known = second;
+  entries[0].known.struct_size = entries[1].known.struct_size = sizeof(newer_tensor_args);
+  hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
+  args.collective = HVD_ALLREDUCE;
+  args.reduce_op = HVD_OP_SUM;
+  args.tensors = &entries[0].known;
+  args.num_tensors = 2;
+  hvd_handle* handle = NULL;
+  hvd_error* err = hvd_enqueue(&args, &handle);
+  if (err == NULL) err = hvd_handle_wait(handle, -1);
+  if (handle != NULL) hvd_handle_release(handle);
+  if (err != NULL) {
+    printf("grouped allreduce failed: %s\n", message(err));
+    hvd_error_destroy(err);
+    return 0;
+  }
+  return a_out[0] == 1.0f && a_out[1] == 2.0f && b_out[0] == 3.0f && b_out[2] == 5.0f;
+}
+
+/* Entries of one array that disagree on struct_size are refused. */
+static int unequal_entries_are_refused(void) {
+  float x[1] = {1.0f};
+  int64_t shape[1] = {1};
+  DLDataType f32 = {kDLFloat, 32, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  DLTensor t = {x, cpu, 1, f32, shape, NULL, 0};
+  hvd_tensor_args entries[2] = {HVD_TENSOR_ARGS_INIT, HVD_TENSOR_ARGS_INIT};
+  entries[0].input = entries[1].input = &t;
+  entries[1].struct_size = HVD_TENSOR_ARGS_STRUCT_SIZE + 8;
+  hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
+  args.collective = HVD_ALLREDUCE;
+  args.reduce_op = HVD_OP_SUM;
+  args.tensors = entries;
+  args.num_tensors = 2;
+  hvd_handle* handle = NULL;
+  hvd_error* err = hvd_enqueue(&args, &handle);
+  int refused = err != NULL && hvd_error_get_code(err) == HVD_ERROR_INVALID_ARGUMENT &&
+                strstr(message(err), "tensors[1] has struct_size") != NULL && handle == NULL;
+  if (err != NULL) hvd_error_destroy(err);
+  if (handle != NULL) hvd_handle_release(handle);
+  return refused;
+}
+
 int main(void) {
-  hvd_init_args init;
-  memset(&init, 0, sizeof(init));
-  init.struct_size = HVD_INIT_ARGS_STRUCT_SIZE;
+  hvd_init_args init = HVD_INIT_ARGS_INIT;
+  expect(init.struct_size == HVD_INIT_ARGS_STRUCT_SIZE && init.num_process_sets == 0 &&
+             init.process_set_ranks == NULL,
+         "HVD_INIT_ARGS_INIT sets struct_size and zeroes the rest");
   hvd_error* err = hvd_init(&init);
   if (err != NULL) {
     printf("hvd_init failed: %s\n", message(err));
@@ -78,6 +151,13 @@ int main(void) {
   expect(err != NULL && strstr(message(err), "hvd_process_set_info") != NULL,
          "a too small hvd_process_set_info is refused, naming it");
   if (err != NULL) hvd_error_destroy(err);
+
+  expect(grouped_sum_with_newer_entries(), "an array of larger hvd_tensor_args is read at the caller's element size");
+  expect(unequal_entries_are_refused(), "entries with different struct_size are refused, naming the entry");
+
+  /* The DLPack header is DLPack's own: its version and newer types are there. */
+  expect(DLPACK_MAJOR_VERSION >= 1 && sizeof(struct DLManagedTensorVersioned) > sizeof(DLTensor),
+         "dlpack.h is DLPack's, with its version macros and DLManagedTensorVersioned");
 
   err = hvd_shutdown();
   if (err != NULL) hvd_error_destroy(err);

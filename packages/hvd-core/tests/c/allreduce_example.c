@@ -27,12 +27,12 @@ static int report(const char* what, hvd_error* error) {
 
 int main(void) {
   int32_t major = 0, minor = 0;
-  hvd_topology topology;
+  hvd_topology topology = HVD_TOPOLOGY_INIT; /* struct_size set, the rest zero */
   float values[NUM_ELEMENTS];
   int64_t shape[1] = {NUM_ELEMENTS};
   DLTensor tensor;
-  hvd_tensor_args tensor_args;
-  hvd_enqueue_args enqueue_args;
+  hvd_tensor_args tensor_args = HVD_TENSOR_ARGS_INIT;
+  hvd_enqueue_args enqueue_args = HVD_ENQUEUE_ARGS_INIT;
   hvd_handle* handle = NULL;
   const char* name = "allreduce.example";
   int i, failed = 0;
@@ -47,8 +47,6 @@ int main(void) {
 
   if (report("hvd_init", hvd_init(NULL))) return 1;
 
-  memset(&topology, 0, sizeof(topology));
-  topology.struct_size = HVD_TOPOLOGY_STRUCT_SIZE;
   if (report("hvd_get_topology", hvd_get_topology(&topology))) return 1;
 
   /* Rank r contributes (r + 1) * (i + 1), so the sum over ranks is
@@ -67,15 +65,11 @@ int main(void) {
   tensor.strides = NULL;
   tensor.byte_offset = 0;
 
-  memset(&tensor_args, 0, sizeof(tensor_args));
-  tensor_args.struct_size = HVD_TENSOR_ARGS_STRUCT_SIZE;
   tensor_args.input = &tensor;
   tensor_args.output = &tensor; /* in place */
   tensor_args.name = name;
   tensor_args.name_len = strlen(name);
 
-  memset(&enqueue_args, 0, sizeof(enqueue_args));
-  enqueue_args.struct_size = HVD_ENQUEUE_ARGS_STRUCT_SIZE;
   enqueue_args.collective = HVD_ALLREDUCE;
   enqueue_args.process_set_id = 0;
   enqueue_args.reduce_op = HVD_OP_SUM;

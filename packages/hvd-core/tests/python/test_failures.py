@@ -115,3 +115,52 @@ else:
 ''', timeout=30)
     assert results[0].returncode == 0 and "shut down" in results[0].stdout, str(results[0])
     assert "internal:" in results[1].stdout and "shut down" in results[1].stdout, str(results[1])
+
+
+def test_hvd_abort_fails_every_rank_with_its_reason_and_init_starts_again():
+    # The C ABI's hvd_abort (as NCCL's ncclCommAbort): rank 2 gives up while
+    # ranks 0 and 1 wait in a collective it never joins.
+    results = ranks.run_ok(3, '''
+from horovod.common import c_api
+lib = c_api.lib()
+pair = hvd.ProcessSet([0, 1])
+hvd.init(process_sets=[pair])
+hvd.allreduce(np.ones(1), name="warm")
+t0 = time.time()
+out = {}
+if hvd.rank() == 2:
+    time.sleep(0.5)
+    c_api.check(lib.hvd_abort(b"input pipeline broke", 20))
+    try:
+        hvd.allreduce(np.ones(1), name="after")
+    except hvd.HorovodInternalError as e:
+        out["error"] = str(e)
+else:
+    try:
+        hvd.allreduce(np.ones(1), name="never")
+    except hvd.HorovodInternalError as e:
+        out["error"] = str(e)
+    try:  # a set without rank 2 ends too: the engine as a whole has failed
+        hvd.allreduce(np.ones(1), name="pair", process_set=pair)
+        out["pair"] = None
+    except hvd.HorovodInternalError as e:
+        out["pair"] = str(e)
+out["seconds"] = time.time() - t0
+try:
+    c_api.check(lib.hvd_get_async_error())
+    out["async"] = None
+except hvd.HorovodInternalError as e:
+    out["async"] = str(e)
+hvd.init()
+out["after"] = hvd.allreduce(np.ones(1), op=hvd.Sum, name="again").tolist()
+hvd.barrier()
+hvd.shutdown()
+c_api.check(lib.hvd_abort(None, 0))  # no engine: nothing to do
+print(json.dumps(out))
+''', timeout=60)
+    for res in results:
+        assert "rank 2 aborted the job (hvd_abort): input pipeline broke" in res["error"], res
+        assert res["seconds"] < 5 and res["async"] and "input pipeline broke" in res["async"], res
+        assert res["after"] == [3.0], res
+    for res in results[:2]:
+        assert "input pipeline broke" in res["pair"], res

@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError, HorovodUnsupportedError
 
 API_MAJOR = 1
-API_MINOR = 2  # this package uses HVD_ENQUEUE_ROOT_RANK_GLOBAL (1.2)
+API_MINOR = 4  # this package declares hvd_abort (1.4)
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -105,6 +105,8 @@ def _declare(lib):
     lib.hvd_is_initialized.restype = c_int32
     lib.hvd_get_async_error.argtypes = []
     lib.hvd_get_async_error.restype = err
+    lib.hvd_abort.argtypes = [c_char_p, c_size_t]
+    lib.hvd_abort.restype = err
     lib.hvd_get_topology.argtypes = [POINTER(Topology)]
     lib.hvd_get_topology.restype = err
     lib.hvd_add_process_set.argtypes = [POINTER(c_int32), c_size_t, POINTER(c_int32)]
