@@ -2,6 +2,9 @@
 # config so downstream code can `find_package(hvd_core)` with
 # -Dhvd_core_DIR=$(hvd-core-config --cmakedir).
 install(TARGETS hvd_core LIBRARY DESTINATION ${HVD_INSTALL_ROOT}/lib)
+if(HVD_HAVE_CUDA_PLUGIN)
+  install(TARGETS hvd_core_cuda LIBRARY DESTINATION ${HVD_INSTALL_ROOT}/lib)
+endif()
 install(DIRECTORY include/hvd include/dlpack DESTINATION ${HVD_INSTALL_ROOT}/include)
 include(CMakePackageConfigHelpers)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/hvd_coreConfig.cmake.in

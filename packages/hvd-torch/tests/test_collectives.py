@@ -470,6 +470,6 @@ def _cuda_available():
 
 @pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("size", [1, 2])
-def test_cuda_tensors_are_staged_through_the_host_and_come_back_on_their_device(size):
+def test_cuda_tensors_come_back_on_their_device_and_train(size):
     for rank, report in enumerate(torch_ranks.run_ok(size, CUDA_SCRIPT, timeout=180)):
         assert all(report.values()), "rank %d: %s" % (rank, report)

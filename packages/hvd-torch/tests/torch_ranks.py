@@ -13,9 +13,9 @@ torch.set_num_threads(1)
 """
 
 
-def run(size, code, timeout=120, env=None):
-    return testing.run(size, code, preamble=PREAMBLE, timeout=timeout, env=env)
+def run(size, code, timeout=120, env=None, **kwargs):
+    return testing.run(size, code, preamble=PREAMBLE, timeout=timeout, env=env, **kwargs)
 
 
-def run_ok(size, code, timeout=120, env=None):
-    return testing.run_ok(size, code, preamble=PREAMBLE, timeout=timeout, env=env)
+def run_ok(size, code, timeout=120, env=None, **kwargs):
+    return testing.run_ok(size, code, preamble=PREAMBLE, timeout=timeout, env=env, **kwargs)

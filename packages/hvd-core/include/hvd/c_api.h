@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 4
+#define HVD_API_MINOR 5
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -184,6 +184,27 @@ HVD_EXPORT hvd_error* hvd_get_async_error(void);
  * completion callback. */
 HVD_EXPORT hvd_error* hvd_abort(const char* reason, size_t reason_len);
 
+/* Since 1.5: what this library can do with CUDA tensors. Loads the CUDA
+ * plugin (libhvd_core_cuda.so, next to this library; HVD_CUDA_PLUGIN
+ * overrides) and NCCL (HVD_NCCL_LIBRARY overrides; else libnccl.so.2 as the
+ * dynamic loader finds it, then each folder of HVD_NCCL_DIRS) on first call.
+ * Needs no hvd_init(). */
+typedef struct hvd_gpu_info {
+  size_t struct_size;     /* in: HVD_GPU_INFO_STRUCT_SIZE */
+  int32_t cuda_built;     /* out: 1 when the CUDA plugin is installed and loads */
+  int32_t cuda_available; /* out: 1 when CUDA tensors can be enqueued (a device exists) */
+  int32_t device_count;   /* out */
+  int32_t nccl_version;   /* out: NCCL's version code (e.g. 22703), 0 when NCCL cannot be loaded */
+  /* out: what was found ("CUDA runtime 13.0, driver 13.0, 1 device(s)"), or
+   * why CUDA or NCCL is unavailable. Valid for the life of the process. */
+  const char* message;
+  size_t message_len;
+} hvd_gpu_info;
+#define HVD_GPU_INFO_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_gpu_info, message_len)
+#define HVD_GPU_INFO_INIT HVD_STRUCT_INIT(hvd_gpu_info, HVD_GPU_INFO_STRUCT_SIZE)
+
+HVD_EXPORT hvd_error* hvd_get_gpu_info(hvd_gpu_info* info /* in/out */);
+
 typedef struct hvd_topology {
   size_t struct_size; /* in: HVD_TOPOLOGY_STRUCT_SIZE */
   int32_t rank;        /* out */
@@ -270,8 +291,10 @@ typedef void (*hvd_done_fn)(void* ctx, hvd_handle* handle);
 
 typedef struct hvd_tensor_args {
   size_t struct_size; /* HVD_TENSOR_ARGS_STRUCT_SIZE */
-  /* The tensor to send: compact row-major, on the CPU. Borrowed until
-   * completion. NULL for barrier and join. */
+  /* The tensor to send: compact row-major, on the CPU or (since 1.5, when
+   * hvd_get_gpu_info() says cuda_available) a CUDA device; every tensor of a
+   * group and its output on the same device. Borrowed until completion.
+   * NULL for barrier and join. */
   const DLTensor* input;
   /* Allreduce and broadcast only, optional: where the result goes; same
    * shape and dtype as input; may be `input` itself (in place). Borrowed
@@ -316,8 +339,13 @@ typedef struct hvd_enqueue_args {
   void* on_done_ctx;
   /* Since 1.1: a bitwise or of hvd_enqueue_flags. */
   uint32_t flags;
+  /* Since 1.5, CUDA tensors only: the cudaStream_t on which the caller's
+   * framework produces the inputs (NULL: the legacy default stream). The
+   * library's own stream waits for the work queued on it so far; the host
+   * never blocks. Results are complete when the handle completes. */
+  void* device_stream;
 } hvd_enqueue_args;
-#define HVD_ENQUEUE_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_enqueue_args, flags)
+#define HVD_ENQUEUE_ARGS_STRUCT_SIZE HVD_STRUCT_SIZE(hvd_enqueue_args, device_stream)
 #define HVD_ENQUEUE_ARGS_INIT HVD_STRUCT_INIT(hvd_enqueue_args, HVD_ENQUEUE_ARGS_STRUCT_SIZE)
 
 typedef enum hvd_enqueue_flags {

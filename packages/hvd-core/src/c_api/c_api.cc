@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "engine/handle.h"
+#include "gpu/gpu_plugin_loader.h"
 #include "hvd/c_api.h"
 
 struct hvd_error {
@@ -87,13 +88,23 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Checks that a DLTensor is something the engine can read in place.
-void check_tensor(const DLTensor* t, const std::string& what) {
+// Checks that a DLTensor is something the engine can read in place;
+// returns where it lives.
+Device check_tensor(const DLTensor* t, const std::string& what) {
   if (t == nullptr) throw_error(ErrorCode::kInvalidArgument, what + " is NULL");
-  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
+  Device device = Device::kCpu;
+  if (t->device.device_type == kDLCUDA) {
+    const GpuSupport& gpu = gpu_support();
+    if (gpu.plugin == nullptr) throw_error(ErrorCode::kUnsupported, what + " is a CUDA tensor, but " + gpu.why);
+    if (t->device.device_id < 0 || t->device.device_id >= gpu.device_count) {
+      throw_error(ErrorCode::kInvalidArgument, what + " is on CUDA device " + std::to_string(t->device.device_id) +
+                                                   ", but this process sees " + std::to_string(gpu.device_count));
+    }
+    device = Device::kCuda;
+  } else if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
     throw_error(ErrorCode::kUnsupported,
-                what + " is on device type " + std::to_string(t->device.device_type) +
-                    "; hvd-core moves CPU memory only (copy the tensor to the CPU, or use a GPU-enabled build)");
+                what + " is on DLPack device type " + std::to_string(t->device.device_type) +
+                    "; hvd-core moves CPU and CUDA memory (copy the tensor to one of those first)");
   }
   if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what + " has no shape");
   for (int32_t i = 0; i < t->ndim; ++i) {
@@ -115,6 +126,11 @@ void check_tensor(const DLTensor* t, const std::string& what) {
     for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
     if (n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
   }
+  return device;
+}
+
+std::string device_string(const DLTensor& t) {
+  return t.device.device_type == kDLCUDA ? "CUDA device " + std::to_string(t.device.device_id) : "the CPU";
 }
 
 // "0, 2, 4" - at most the first 16 ranks, so a big process set stays readable.
@@ -221,10 +237,16 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
     }
     std::string what = std::string(collective_name(collective)) + " input" +
                        (m.name.empty() ? "" : " '" + m.name + "'");
-    check_tensor(ta->input, what);
+    m.device = check_tensor(ta->input, what);
     m.dtype = dtype_from_dlpack(ta->input->dtype);
     m.shape = shape_of(*ta->input);
     slot.input = static_cast<const char*>(ta->input->data) + ta->input->byte_offset;
+    slot.device_id = m.device == Device::kCuda ? ta->input->device.device_id : 0;
+    if (i > 0 && (m.device != h->tensors[0].meta.device || slot.device_id != h->tensors[0].device_id)) {
+      throw_error(ErrorCode::kInvalidArgument, what + " is on " + device_string(*ta->input) +
+                                                   " but the first tensor of the group is not: a group's tensors "
+                                                   "must all be on one device");
+    }
     if (collective == Collective::kAllgather || collective == Collective::kAlltoall ||
         collective == Collective::kReducescatter) {
       if (m.shape.empty()) {
@@ -248,6 +270,12 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
                                                      collective_name(collective));
       }
       check_tensor(ta->output, std::string(collective_name(collective)) + " output");
+      if (ta->output->device.device_type != ta->input->device.device_type ||
+          (m.device == Device::kCuda && ta->output->device.device_id != ta->input->device.device_id)) {
+        throw_error(ErrorCode::kInvalidArgument, what + " is on " + device_string(*ta->input) +
+                                                     " but its output tensor is on " + device_string(*ta->output) +
+                                                     "; both must be on the same device");
+      }
       if (shape_of(*ta->output) != m.shape || dtype_from_dlpack(ta->output->dtype) != m.dtype) {
         throw_error(ErrorCode::kInvalidArgument, what + ": the output tensor " + shape_str(shape_of(*ta->output)) +
                                                      " does not match the input " + shape_str(m.shape) + " in shape or dtype");
@@ -278,6 +306,15 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
     }
     h->tensors.push_back(std::move(slot));
   }
+  if (!tensorless && h->tensors[0].meta.device == Device::kCuda) {
+    // The framework may still be computing the inputs on its stream: hvd's
+    // own stream will wait for this point of it, the host never does.
+    const int device = h->tensors[0].device_id;
+    hvd_gpu_status status{};
+    h->ready_event = gpu_support().plugin->event_record(device, HVD_FIELD(args, device_stream, nullptr), &status);
+    if (h->ready_event == nullptr) throw_gpu_status(status, "enqueue of a CUDA tensor");
+    note_cuda_device(device);
+  }
   return h.release();
 }
 
@@ -304,6 +341,26 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
 using hvd::Engine;
 
 extern "C" {
+
+hvd_error* hvd_get_gpu_info(hvd_gpu_info* info) {
+  HVD_API_BEGIN
+  if (info == nullptr) hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "hvd_get_gpu_info: info is NULL");
+  hvd::require_struct(info->struct_size, HVD_GPU_INFO_STRUCT_SIZE, "hvd_gpu_info");
+  const hvd::GpuSupport& gpu = hvd::gpu_support_with_nccl();
+  // One message, built once: it must outlive the call.
+  static const std::string message = [&gpu] {
+    return (gpu.plugin != nullptr ? gpu.description : gpu.why) +
+           (gpu.nccl_version > 0 ? "; NCCL " + std::to_string(gpu.nccl_version)
+                                 : "; NCCL unavailable: " + gpu.nccl_error);
+  }();
+  info->cuda_built = gpu.library != nullptr ? 1 : 0;
+  info->cuda_available = gpu.plugin != nullptr ? 1 : 0;
+  info->device_count = gpu.device_count;
+  info->nccl_version = gpu.nccl_version;
+  info->message = message.c_str();
+  info->message_len = message.size();
+  HVD_API_END
+}
 
 hvd_error_code hvd_error_get_code(const hvd_error* error) { return error ? error->code : HVD_SUCCESS; }
 

@@ -215,6 +215,8 @@ std::string Coordinator::validate(const std::string& name, const Pending& p, std
   if (!err.empty()) return err;
   err = check("data types", [](const RequestMeta& m) { return std::string(dtype_name(m.dtype)); });
   if (!err.empty()) return err;
+  err = check("devices", [](const RequestMeta& m) { return std::string("a ") + device_name(m.device) + " tensor"; });
+  if (!err.empty()) return err;
   const RequestMeta* ref = nullptr;
   for (int m = 0; m < size() && ref == nullptr; ++m) {
     if (p.have[static_cast<size_t>(m)]) ref = &p.metas[static_cast<size_t>(m)];
@@ -298,6 +300,7 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
     return r;
   }
   r.dtype = ref->dtype;
+  r.device = ref->device;
   r.reduce_op = ref->reduce_op;
   r.root_rank = ref->root_rank;
   r.prescale = ref->prescale;
@@ -334,7 +337,7 @@ std::vector<Response> Coordinator::fuse(std::vector<Response> singles) const {
     if (fusable && !out.empty()) {
       Response& last = out.back();
       if (last.kind == Response::Kind::kExecute && last.collective == Collective::kAllreduce &&
-          last.dtype == s.dtype && last.reduce_op == s.reduce_op && last.prescale == s.prescale &&
+          last.dtype == s.dtype && last.device == s.device && last.reduce_op == s.reduce_op && last.prescale == s.prescale &&
           last.postscale == s.postscale && last.joined_ranks == s.joined_ranks &&
           response_bytes(last) + response_bytes(s) <= config_.fusion_threshold_bytes) {
         last.names.push_back(s.names[0]);

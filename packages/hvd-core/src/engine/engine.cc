@@ -27,6 +27,31 @@
 namespace hvd {
 namespace {
 
+// HOROVOD_GPU_OPERATIONS sets how every collective moves CUDA tensors,
+// HOROVOD_GPU_ALLREDUCE (..._ALLGATHER, ...) one collective's: NCCL (the
+// default), or MPI / GLOO - through host memory and the CPU transports. In
+// Horovod these chose what was compiled in; here they choose at start-up.
+void read_gpu_operations(EngineConfig* config) {
+  auto parse = [](const char* name, bool fallback) {
+    std::string value = env_string(name, "");
+    std::transform(value.begin(), value.end(), value.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (value.empty()) return fallback;
+    if (value == "NCCL") return true;
+    if (value == "MPI" || value == "GLOO") return false;
+    throw_error(ErrorCode::kInvalidArgument, std::string(name) + "=" + env_string(name, "") +
+                                                 " is not supported; use NCCL, or MPI / GLOO to move CUDA tensors "
+                                                 "through host memory");
+  };
+  const bool all = parse("HOROVOD_GPU_OPERATIONS", true);
+  const std::pair<const char*, Collective> per_op[] = {
+      {"HOROVOD_GPU_ALLREDUCE", Collective::kAllreduce},   {"HOROVOD_GPU_ALLGATHER", Collective::kAllgather},
+      {"HOROVOD_GPU_BROADCAST", Collective::kBroadcast},   {"HOROVOD_GPU_ALLTOALL", Collective::kAlltoall},
+      {"HOROVOD_GPU_REDUCESCATTER", Collective::kReducescatter}};
+  config->gpu_use_nccl.fill(all);
+  for (const auto& [name, collective] : per_op) config->gpu_use_nccl[static_cast<size_t>(collective)] = parse(name, all);
+}
+
 std::mutex g_mu;  // guards g_engine and serialises init/shutdown
 std::shared_ptr<Engine> g_engine;
 uint64_t g_generation = 0;  // inits so far in this process; keeps store keys apart
@@ -168,6 +193,9 @@ void Engine::start(const hvd_init_args* args) {
   config_.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", 30);
   config_.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", false);
   config_.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", true);
+  // For CUDA tensors only when asked for (Horovod's default is off): NCCL's
+  // own algorithms across hosts usually beat a detour through host memory.
+  config_.gpu_hierarchical = env_is_set("HOROVOD_HIERARCHICAL_ALLREDUCE") && config_.hierarchical;
   // Horovod's data-plane selector: gloo (hvd's own shared memory / TCP, the
   // default) or mpi; ccl has no counterpart here.
   std::string cpu_operations = env_string("HOROVOD_CPU_OPERATIONS", "");
@@ -180,6 +208,7 @@ void Engine::start(const hvd_init_args* args) {
                                                  " is not supported; use gloo (hvd's shared memory and TCP, the "
                                                  "default) or mpi");
   }
+  read_gpu_operations(&config_);
   dynamic_process_sets_ = env_bool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (config_.peer_timeout_seconds <= 0) {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");

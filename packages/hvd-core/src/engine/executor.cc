@@ -37,13 +37,18 @@ ReduceOp transport_op(int32_t op) {
 
 }  // namespace
 
-Executor::Executor(Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {
+Executor::Executor(Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {}
+
+void Executor::activity_start(const Response& r, const Communicator& comm, const char* what) {
+  if (timeline_ == nullptr || !timeline_->active()) return;
   // "hierarchical(shm+tcp)" -> "HIERARCHICAL": activity names stay short and
-  // read like Horovod's (MPI_ALLREDUCE, GLOO_ALLREDUCE, ...).
-  for (char c : comm_.transport_name()) {
+  // read like Horovod's (MPI_ALLREDUCE, NCCL_ALLREDUCE, GLOO_ALLREDUCE, ...).
+  std::string activity;
+  for (char c : comm.transport_name()) {
     if (!std::isalnum(static_cast<unsigned char>(c))) break;
-    transport_ += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    activity += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }
+  activity_start(r, activity + "_" + what);
 }
 
 void Executor::activity_start(const Response& r, const std::string& activity) {
@@ -56,14 +61,10 @@ void Executor::activity_end(const Response& r) {
   for (const auto& n : r.names) timeline_->activity_end(n);
 }
 
-void* Executor::result_buffer(const LocalTensor& local, const std::vector<int64_t>& shape, DataType dtype,
-                              std::string* alloc_error) {
+void* Executor::result_buffer(DataPlane& plane, const LocalTensor& local, const std::vector<int64_t>& shape,
+                              DataType dtype, std::string* alloc_error) {
   size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
-  auto scratch = [&]() -> void* {
-    if (scratch_.size() < bytes) scratch_.resize(bytes);
-    return scratch_.data();
-  };
-  if (local.handle == nullptr) return scratch();
+  if (local.handle == nullptr) return plane.scratch(bytes);
   TensorSlot& slot = local.handle->tensors[local.index];
   if (slot.output != nullptr) return slot.result_data = slot.output;
   if (local.handle->alloc != nullptr) {
@@ -73,36 +74,39 @@ void* Executor::result_buffer(const LocalTensor& local, const std::vector<int64_
     if (rc != 0 || (data == nullptr && bytes > 0)) {
       *alloc_error = "the caller's allocator failed (code " + std::to_string(rc) + ") for the result of '" +
                      slot.meta.name + "'";
-      return scratch();
+      return plane.scratch(bytes);
     }
     return slot.result_data = data;
   }
-  slot.owned_result = make_owned_tensor(shape, dtype);
+  try {
+    slot.owned_result = plane.make_owned(shape, dtype);
+  } catch (const Error& e) {
+    *alloc_error = std::string(e.what()) + " (the result of '" + slot.meta.name + "')";
+    return plane.scratch(bytes);
+  }
   return slot.result_data = slot.owned_result->dl_tensor.data;
 }
 
-void Executor::run(const Response& r, const std::vector<LocalTensor>& locals) {
+void Executor::run(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane) {
   if (timeline_ != nullptr && timeline_->active()) {
     for (const auto& n : r.names) timeline_->op_start(n, collective_upper_name(r.collective));
   }
   switch (r.collective) {
     case Collective::kAllreduce:
-      allreduce(r, locals);
+      allreduce(r, locals, plane);
       break;
     case Collective::kBarrier:
       activity_start(r, "BARRIER");
       comm_.barrier();
       activity_end(r);
-      for (const auto& l : locals) {
-        if (l.handle != nullptr) handle_complete_tensor(l.handle, l.index, nullptr);
-      }
+      for (const auto& l : locals) plane.complete(l, nullptr);
       break;
     default:
       for (size_t i = 0; i < r.names.size(); ++i) {
-        if (r.collective == Collective::kAllgather) allgather(r, i, locals[i]);
-        else if (r.collective == Collective::kBroadcast) broadcast(r, i, locals[i]);
-        else if (r.collective == Collective::kAlltoall) alltoall(r, i, locals[i]);
-        else if (r.collective == Collective::kReducescatter) reducescatter(r, i, locals[i]);
+        if (r.collective == Collective::kAllgather) allgather(r, i, locals[i], plane);
+        else if (r.collective == Collective::kBroadcast) broadcast(r, i, locals[i], plane);
+        else if (r.collective == Collective::kAlltoall) alltoall(r, i, locals[i], plane);
+        else if (r.collective == Collective::kReducescatter) reducescatter(r, i, locals[i], plane);
       }
   }
   if (timeline_ != nullptr && timeline_->active()) {
@@ -110,82 +114,91 @@ void Executor::run(const Response& r, const std::vector<LocalTensor>& locals) {
   }
 }
 
-static void complete(const LocalTensor& local, const std::string& alloc_error) {
-  if (local.handle == nullptr) return;
+static void complete(DataPlane& plane, const LocalTensor& local, const std::string& alloc_error) {
   if (alloc_error.empty()) {
-    handle_complete_tensor(local.handle, local.index, nullptr);
+    plane.complete(local, nullptr);
   } else {
     Error e(ErrorCode::kInternal, alloc_error);
-    handle_complete_tensor(local.handle, local.index, &e);
+    plane.complete(local, &e);
   }
 }
 
-void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& locals) {
+void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane) {
   const size_t esize = dtype_size(r.dtype);
   const double pre = r.prescale;
   double post = r.postscale;
   if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(comm_.size());
   const ReduceOp op = transport_op(r.reduce_op);
-  std::vector<std::string> alloc_errors(r.names.size());
-  std::vector<void*> outputs(r.names.size());
-  std::vector<size_t> counts(r.names.size());
-  size_t total = 0;
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    counts[i] = static_cast<size_t>(num_elements(r.shapes[i]));
-    total += counts[i];
-  }
-  // Inputs first: outputs of a joined rank live in scratch, so compute them
-  // after the fusion buffer decision.
+  const bool adasum_op = r.reduce_op == HVD_OP_ADASUM;
+  Communicator& comm = plane.comm(r.dtype, !adasum_op);
+  const size_t n = r.names.size();
+  std::vector<std::string> alloc_errors(n);
+  std::vector<size_t> counts(n);
+  for (size_t i = 0; i < n; ++i) counts[i] = static_cast<size_t>(num_elements(r.shapes[i]));
   auto input_of = [&](size_t i) -> const void* {
     return locals[i].handle ? locals[i].handle->tensors[locals[i].index].input : nullptr;
   };
-  const bool adasum_op = r.reduce_op == HVD_OP_ADASUM;
-  if (r.names.size() == 1 && !adasum_op) {
-    void* out = result_buffer(locals[0], r.shapes[0], r.dtype, &alloc_errors[0]);
+  if (n == 1 && !adasum_op) {
+    void* out = result_buffer(plane, locals[0], r.shapes[0], r.dtype, &alloc_errors[0]);
     const void* in = input_of(0);
-    if (in == nullptr) std::memset(out, 0, counts[0] * esize);
-    else if (pre != 1.0) scale_copy(out, in, counts[0], r.dtype, pre);
-    else if (in != out) std::memcpy(out, in, counts[0] * esize);
-    activity_start(r, transport_ + "_ALLREDUCE");
-    comm_.allreduce(out, counts[0], r.dtype, op);
+    activity_start(r, comm, "ALLREDUCE");
+    if (in == nullptr) {
+      plane.zero(out, counts[0] * esize);
+      comm.allreduce(out, counts[0], r.dtype, op);
+    } else if (pre != 1.0 || in == out || !comm.allreduce_out_of_place(in, out, counts[0], r.dtype, op)) {
+      const CopySpec staged{out, in, counts[0]};
+      if (pre != 1.0 || in != out) plane.copy_scaled(&staged, 1, r.dtype, pre);
+      comm.allreduce(out, counts[0], r.dtype, op);
+    }
     activity_end(r);
-    if (post != 1.0) scale_buffer(out, counts[0], r.dtype, post);
-    complete(locals[0], alloc_errors[0]);
+    const CopySpec scaled{out, out, counts[0]};
+    if (post != 1.0) plane.copy_scaled(&scaled, 1, r.dtype, post);
+    complete(plane, locals[0], alloc_errors[0]);
     return;
   }
-  auto* buffer = static_cast<unsigned char*>(fusion_.get(total * esize));
-  activity_start(r, "MEMCPY_IN_FUSION_BUFFER");
-  size_t offset = 0;
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    const void* in = input_of(i);
-    void* dst = buffer + offset * esize;
-    if (in == nullptr) std::memset(dst, 0, counts[i] * esize);
-    else if (pre != 1.0) scale_copy(dst, in, counts[i], r.dtype, pre);
-    else std::memcpy(dst, in, counts[i] * esize);
-    offset += counts[i];
+  // Fused: each tensor at its offset in the fusion buffer. On a GPU the
+  // offsets are rounded up to the plane's alignment, so packing copies move
+  // whole vectors; Adasum's tree needs the tensors back to back.
+  const size_t align = adasum_op ? 1 : std::max<size_t>(1, plane.fusion_alignment() / esize);
+  std::vector<size_t> offsets(n);
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    offsets[i] = (total + align - 1) / align * align;
+    total = offsets[i] + counts[i];
   }
+  auto* buffer = static_cast<unsigned char*>(plane.fusion_buffer(total * esize));
+  activity_start(r, "MEMCPY_IN_FUSION_BUFFER");
+  std::vector<CopySpec>& copies = copies_;
+  copies.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const void* in = input_of(i);
+    void* dst = buffer + offsets[i] * esize;
+    if (in == nullptr) plane.zero(dst, counts[i] * esize);
+    else copies.push_back({dst, in, counts[i]});
+  }
+  plane.copy_scaled(copies.data(), copies.size(), r.dtype, pre);
   activity_end(r);
   if (adasum_op) {
-    activity_start(r, transport_ + "_ADASUM_ALLREDUCE");
-    adasum(r, buffer, counts);
+    activity_start(r, comm, "ADASUM_ALLREDUCE");
+    void* host = plane.host_view(buffer, total * esize);
+    adasum(r, host, counts);
+    plane.write_back(buffer, host, total * esize);
   } else {
-    activity_start(r, transport_ + "_ALLREDUCE");
-    comm_.allreduce(buffer, total, r.dtype, op);
+    activity_start(r, comm, "ALLREDUCE");
+    comm.allreduce(buffer, total, r.dtype, op);
   }
   activity_end(r);
   activity_start(r, "MEMCPY_OUT_FUSION_BUFFER");
-  offset = 0;
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    if (locals[i].handle != nullptr) {
-      void* out = result_buffer(locals[i], r.shapes[i], r.dtype, &alloc_errors[i]);
-      const void* src = buffer + offset * esize;
-      if (post != 1.0) scale_copy(out, src, counts[i], r.dtype, post);
-      else std::memcpy(out, src, counts[i] * esize);
-    }
-    offset += counts[i];
+  copies.clear();
+  for (size_t i = 0; i < n; ++i) {
+    // A joined rank's results and failed allocations are not kept.
+    if (locals[i].handle == nullptr) continue;
+    void* out = result_buffer(plane, locals[i], r.shapes[i], r.dtype, &alloc_errors[i]);
+    if (alloc_errors[i].empty()) copies.push_back({out, buffer + offsets[i] * esize, counts[i]});
   }
+  plane.copy_scaled(copies.data(), copies.size(), r.dtype, post);
   activity_end(r);
-  for (size_t i = 0; i < r.names.size(); ++i) complete(locals[i], alloc_errors[i]);
+  for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
 }
 
 namespace {
@@ -342,7 +355,7 @@ void Executor::adasum(const Response& r, void* buffer, const std::vector<size_t>
   comm_.allgatherv(result, buffer, block_bytes);
 }
 
-void Executor::allgather(const Response& r, size_t i, const LocalTensor& local) {
+void Executor::allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {
   const auto& shape = r.shapes[i];
   const auto& dims = r.first_dims[i];
   const size_t row_bytes = static_cast<size_t>(row_elements(shape)) * dtype_size(r.dtype);
@@ -355,37 +368,41 @@ void Executor::allgather(const Response& r, size_t i, const LocalTensor& local) 
   std::vector<int64_t> out_shape = shape;
   out_shape[0] = rows;
   std::string alloc_error;
-  void* out = result_buffer(local, out_shape, r.dtype, &alloc_error);
+  void* out = result_buffer(plane, local, out_shape, r.dtype, &alloc_error);
   const void* in = local.handle ? local.handle->tensors[local.index].input : nullptr;
-  activity_start(r, transport_ + "_ALLGATHER");
-  comm_.allgatherv(in, out, bytes);
+  Communicator& comm = plane.comm(r.dtype, false);
+  activity_start(r, comm, "ALLGATHER");
+  comm.allgatherv(in, out, bytes);
   activity_end(r);
-  complete(local, alloc_error);
+  complete(plane, local, alloc_error);
 }
 
-void Executor::broadcast(const Response& r, size_t i, const LocalTensor& local) {
+void Executor::broadcast(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {
   const size_t bytes = static_cast<size_t>(num_elements(r.shapes[i])) * dtype_size(r.dtype);
   std::string alloc_error;
-  void* out = result_buffer(local, r.shapes[i], r.dtype, &alloc_error);
+  void* out = result_buffer(plane, local, r.shapes[i], r.dtype, &alloc_error);
   const void* in = local.handle->tensors[local.index].input;
-  if (comm_.rank() == r.root_rank && in != out) std::memcpy(out, in, bytes);
-  activity_start(r, transport_ + "_BCAST");
-  comm_.broadcast(out, bytes, r.root_rank);
+  if (comm_.rank() == r.root_rank && in != out) plane.copy(out, in, bytes);
+  Communicator& comm = plane.comm(r.dtype, false);
+  activity_start(r, comm, "BCAST");
+  comm.broadcast(out, bytes, r.root_rank);
   activity_end(r);
-  complete(local, alloc_error);
+  complete(plane, local, alloc_error);
 }
 
-void Executor::alltoall(const Response& r, size_t i, const LocalTensor& local) {
+void Executor::alltoall(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {
   TensorSlot& slot = local.handle->tensors[local.index];
   const auto& shape = slot.meta.shape;
   const int size = comm_.size();
   const size_t row_bytes = static_cast<size_t>(row_elements(shape)) * dtype_size(r.dtype);
   std::vector<int64_t> send_rows = slot.splits;
   if (send_rows.empty()) send_rows.assign(static_cast<size_t>(size), shape[0] / size);
-  // Everyone first learns how many rows it receives from each member.
+  Communicator& comm = plane.comm(r.dtype, false);
+  // Everyone first learns how many rows it receives from each member (host
+  // memory, over the CPU communicator, whatever plane the data is on).
   std::vector<int64_t> recv_rows(static_cast<size_t>(size), 0);
   std::vector<size_t> eight(static_cast<size_t>(size), sizeof(int64_t));
-  activity_start(r, transport_ + "_ALLTOALL");
+  activity_start(r, comm, "ALLTOALL");
   comm_.alltoallv(send_rows.data(), eight, recv_rows.data(), eight);
   std::vector<size_t> send_bytes(static_cast<size_t>(size)), recv_bytes(static_cast<size_t>(size));
   int64_t total_rows = 0;
@@ -397,14 +414,14 @@ void Executor::alltoall(const Response& r, size_t i, const LocalTensor& local) {
   std::vector<int64_t> out_shape = shape;
   out_shape[0] = total_rows;
   std::string alloc_error;
-  void* out = result_buffer(local, out_shape, r.dtype, &alloc_error);
-  comm_.alltoallv(slot.input, send_bytes, out, recv_bytes);
+  void* out = result_buffer(plane, local, out_shape, r.dtype, &alloc_error);
+  comm.alltoallv(slot.input, send_bytes, out, recv_bytes);
   activity_end(r);
   slot.received_splits = std::move(recv_rows);
-  complete(local, alloc_error);
+  complete(plane, local, alloc_error);
 }
 
-void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& local) {
+void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {
   TensorSlot& slot = local.handle->tensors[local.index];
   const auto& shape = r.shapes[i];
   const int size = comm_.size();
@@ -418,22 +435,26 @@ void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& loc
   std::vector<int64_t> out_shape = shape;
   out_shape[0] = rows / size + (comm_.rank() < rows % size ? 1 : 0);
   std::string alloc_error;
-  void* out = result_buffer(local, out_shape, r.dtype, &alloc_error);
+  void* out = result_buffer(plane, local, out_shape, r.dtype, &alloc_error);
   const void* in = slot.input;
-  std::vector<unsigned char> scaled;
-  size_t total = static_cast<size_t>(rows * row);
+  const size_t total = static_cast<size_t>(rows * row);
   if (r.prescale != 1.0) {
-    scaled.resize(total * dtype_size(r.dtype));
-    scale_copy(scaled.data(), in, total, r.dtype, r.prescale);
-    in = scaled.data();
+    // Reducescatter is never fused, so the fusion buffer is free for the scaled input.
+    void* scaled = plane.fusion_buffer(total * dtype_size(r.dtype));
+    const CopySpec prescaled{scaled, in, total};
+    plane.copy_scaled(&prescaled, 1, r.dtype, r.prescale);
+    in = scaled;
   }
-  activity_start(r, transport_ + "_REDUCESCATTER");
-  comm_.reducescatter(in, out, counts, r.dtype, transport_op(r.reduce_op));
+  Communicator& comm = plane.comm(r.dtype, true);
+  activity_start(r, comm, "REDUCESCATTER");
+  comm.reducescatter(in, out, counts, r.dtype, transport_op(r.reduce_op));
   activity_end(r);
   double post = r.postscale;
   if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(size);
-  if (post != 1.0) scale_buffer(out, counts[static_cast<size_t>(comm_.rank())], r.dtype, post);
-  complete(local, alloc_error);
+  const size_t mine = counts[static_cast<size_t>(comm_.rank())];
+  const CopySpec postscaled{out, out, mine};
+  if (post != 1.0) plane.copy_scaled(&postscaled, 1, r.dtype, post);
+  complete(plane, local, alloc_error);
 }
 
 }  // namespace hvd

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <thread>
 
+#include "gpu/gpu_plugin_loader.h"
+
 namespace hvd {
 namespace {
 
@@ -13,39 +15,45 @@ struct OwnedTensor {
   DLManagedTensor managed;
   std::vector<int64_t> shape;
   void* data = nullptr;
+  std::function<void(void*)> release;  // empty: std::free
 };
 
 void owned_tensor_deleter(DLManagedTensor* self) {
   auto* owned = static_cast<OwnedTensor*>(self->manager_ctx);
-  std::free(owned->data);
+  if (owned->release) owned->release(owned->data);
+  else std::free(owned->data);
   delete owned;
 }
 
 }  // namespace
 
-DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype) {
-  auto* owned = new OwnedTensor();
+DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype, const MemoryResource* where) {
+  auto owned = std::make_unique<OwnedTensor>();
   owned->shape = shape;
   size_t bytes = dtype_size(dtype);
   for (auto d : shape) bytes *= static_cast<size_t>(d);
-  // 64-byte alignment suits vectorised kernels and every framework's importer.
-  size_t alloc_bytes = ((bytes + 63) / 64) * 64;
-  owned->data = std::aligned_alloc(64, alloc_bytes == 0 ? 64 : alloc_bytes);
-  if (owned->data == nullptr) {
-    delete owned;
-    throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
+  if (where != nullptr) {
+    owned->data = where->allocate(bytes);
+    owned->release = where->release;
+  } else {
+    // 64-byte alignment suits vectorised kernels and every framework's importer.
+    size_t alloc_bytes = ((bytes + 63) / 64) * 64;
+    owned->data = std::aligned_alloc(64, alloc_bytes == 0 ? 64 : alloc_bytes);
+    if (owned->data == nullptr) {
+      throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
+    }
   }
   DLTensor& t = owned->managed.dl_tensor;
   t.data = owned->data;
-  t.device = DLDevice{kDLCPU, 0};
+  t.device = where != nullptr ? where->device : DLDevice{kDLCPU, 0};
   t.ndim = static_cast<int32_t>(shape.size());
   t.dtype = dtype_to_dlpack(dtype);
   t.shape = owned->shape.data();
   t.strides = nullptr;
   t.byte_offset = 0;
-  owned->managed.manager_ctx = owned;
+  owned->managed.manager_ctx = owned.get();
   owned->managed.deleter = owned_tensor_deleter;
-  return &owned->managed;
+  return &owned.release()->managed;
 }
 
 }  // namespace hvd
@@ -54,6 +62,8 @@ hvd_handle::~hvd_handle() {
   for (auto& t : tensors) {
     if (t.owned_result != nullptr && !t.result_taken) t.owned_result->deleter(t.owned_result);
   }
+  // A handle with a CUDA event was made after the plugin loaded.
+  if (ready_event != nullptr) hvd::gpu_support().plugin->event_destroy(ready_event);
 }
 
 namespace hvd {

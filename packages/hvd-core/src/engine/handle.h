@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -15,12 +16,22 @@
 
 #include "common/error.h"
 #include "engine/message.h"
+#include "gpu/gpu_plugin.h"
 #include "hvd/c_api.h"
 
 namespace hvd {
 
-// A core-owned result tensor handed out as a DLManagedTensor.
-DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype);
+// Where a core-owned result lives when not in host memory (a GPU's).
+struct MemoryResource {
+  DLDevice device;
+  std::function<void*(size_t bytes)> allocate;  // throws Error when it cannot
+  std::function<void(void* data)> release;
+};
+
+// A core-owned result tensor handed out as a DLManagedTensor: host memory,
+// or `where`'s.
+DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype,
+                                   const MemoryResource* where = nullptr);
 
 // Something that can advance the engine on the calling thread (the process
 // set runtime). A thread blocked in handle_wait() drives it instead of
@@ -48,6 +59,7 @@ class Driver {
 struct TensorSlot {
   RequestMeta meta;
   const void* input = nullptr;  // data + byte_offset of the caller's input
+  int32_t device_id = 0;        // meta.device == kCuda: the CUDA device of input and output
   void* output = nullptr;       // caller-provided output (allreduce/broadcast), or null
   std::vector<int64_t> splits;  // alltoall
   // Results.
@@ -69,6 +81,9 @@ struct hvd_handle {
   hvd_done_fn on_done = nullptr;
   void* on_done_ctx = nullptr;
   bool caller_waits = false;  // HVD_ENQUEUE_CALLER_WAITS
+  // CUDA tensors: completes once the framework's work producing the inputs
+  // has (recorded on its stream at enqueue); hvd's stream waits for it.
+  hvd_gpu_event* ready_event = nullptr;
 
   // Callers waiting on this handle (hvd_handle_wait), when the first wait
   // began and when the last one returned (steady-clock nanoseconds, 0: never).

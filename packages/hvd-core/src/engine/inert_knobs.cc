@@ -9,8 +9,7 @@
 namespace hvd {
 namespace {
 
-constexpr const char* kNoGpuPath =
-    "hvd has no NCCL/GPU data path yet (CUDA tensors are staged through host memory)";
+constexpr const char* kOneStream = "hvd queues each process set's GPU work on one CUDA stream";
 constexpr const char* kNoAutotune =
     "hvd has no autotuner; set HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME directly";
 
@@ -28,17 +27,11 @@ constexpr InertKnob kInertKnobs[] = {
     {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kNoAutotune},
     {"HOROVOD_HIERARCHICAL_ALLGATHER",
      "hvd's allgather crosses hosts in one TCP ring; only allreduce is hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)"},
-    {"HOROVOD_TORUS_ALLREDUCE", kNoGpuPath},
-    {"HOROVOD_NUM_NCCL_STREAMS", kNoGpuPath},
-    {"HOROVOD_GPU_OPERATIONS", kNoGpuPath},
-    {"HOROVOD_GPU_ALLREDUCE", kNoGpuPath},
-    {"HOROVOD_GPU_ALLGATHER", kNoGpuPath},
-    {"HOROVOD_GPU_BROADCAST", kNoGpuPath},
-    {"HOROVOD_GPU_ALLTOALL", kNoGpuPath},
-    {"HOROVOD_GPU_REDUCESCATTER", kNoGpuPath},
-    {"HOROVOD_BATCH_D2D_MEMCOPIES", kNoGpuPath},
-    {"HOROVOD_ENABLE_ASYNC_COMPLETION", kNoGpuPath},
-    {"HOROVOD_DISABLE_NVTX_RANGES", kNoGpuPath},
+    {"HOROVOD_TORUS_ALLREDUCE", "NCCL picks its own ring and tree algorithms across hosts"},
+    {"HOROVOD_NUM_NCCL_STREAMS", kOneStream},
+    {"HOROVOD_BATCH_D2D_MEMCOPIES", "hvd always packs a fused response with one batched kernel"},
+    {"HOROVOD_ENABLE_ASYNC_COMPLETION", "hvd always completes GPU collectives asynchronously (CUDA events)"},
+    {"HOROVOD_DISABLE_NVTX_RANGES", "hvd emits no NVTX ranges"},
     {"HOROVOD_CCL_CACHE", "hvd has no oneCCL backend"},
     {"HOROVOD_CCL_BGT_AFFINITY", "hvd has no oneCCL backend"},
     {"HOROVOD_MPI_THREADS_DISABLE",

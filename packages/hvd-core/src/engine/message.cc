@@ -9,6 +9,8 @@
 
 namespace hvd {
 
+const char* device_name(Device d) { return d == Device::kCuda ? "GPU" : "CPU"; }
+
 const char* collective_name(Collective c) {
   switch (c) {
     case Collective::kAllreduce: return "allreduce";
@@ -96,6 +98,7 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
     w.str(r.name);
     w.pod<uint8_t>(static_cast<uint8_t>(r.collective));
     w.pod<uint8_t>(static_cast<uint8_t>(r.dtype));
+    w.pod<uint8_t>(static_cast<uint8_t>(r.device));
     w.pod<int32_t>(r.reduce_op);
     w.pod<int32_t>(r.root_rank);
     w.pod<double>(r.prescale);
@@ -115,6 +118,7 @@ std::vector<RequestMeta> decode_requests(const std::string& payload) {
     m.name = r.str();
     m.collective = static_cast<Collective>(r.pod<uint8_t>());
     m.dtype = static_cast<DataType>(r.pod<uint8_t>());
+    m.device = r.pod<uint8_t>() == 0 ? Device::kCpu : Device::kCuda;
     m.reduce_op = r.pod<int32_t>();
     m.root_rank = r.pod<int32_t>();
     m.prescale = r.pod<double>();
@@ -133,6 +137,7 @@ std::string encode_responses(const std::vector<Response>& responses) {
     w.pod<uint8_t>(static_cast<uint8_t>(r.kind));
     w.pod<uint8_t>(static_cast<uint8_t>(r.collective));
     w.pod<uint8_t>(static_cast<uint8_t>(r.dtype));
+    w.pod<uint8_t>(static_cast<uint8_t>(r.device));
     w.pod<int32_t>(r.reduce_op);
     w.pod<int32_t>(r.root_rank);
     w.pod<double>(r.prescale);
@@ -162,6 +167,7 @@ std::vector<Response> decode_responses(const std::string& payload) {
     m.kind = static_cast<Response::Kind>(r.pod<uint8_t>());
     m.collective = static_cast<Collective>(r.pod<uint8_t>());
     m.dtype = static_cast<DataType>(r.pod<uint8_t>());
+    m.device = r.pod<uint8_t>() == 0 ? Device::kCpu : Device::kCuda;
     m.reduce_op = r.pod<int32_t>();
     m.root_rank = r.pod<int32_t>();
     m.prescale = r.pod<double>();

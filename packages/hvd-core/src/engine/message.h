@@ -27,11 +27,17 @@ enum class Collective : uint8_t {
 const char* collective_name(Collective c);        // "allreduce", ...
 std::string collective_upper_name(Collective c);  // "ALLREDUCE", for the timeline
 
+// Where a tensor's memory is. Every rank must submit a tensor name on the
+// same kind of device; responses fuse only tensors of one kind.
+enum class Device : uint8_t { kCpu = 0, kCuda = 1 };
+const char* device_name(Device d);  // "CPU", "GPU"
+
 // One tensor of one rank's request, as sent to the coordinator.
 struct RequestMeta {
   std::string name;
   Collective collective = Collective::kAllreduce;
   DataType dtype = DataType::kFloat32;
+  Device device = Device::kCpu;
   int32_t reduce_op = HVD_OP_SUM;  // hvd_reduce_op
   int32_t root_rank = 0;  // broadcast: the root's position in the process set
   double prescale = 1.0;
@@ -48,6 +54,7 @@ struct Response {
   Kind kind = Kind::kExecute;
   Collective collective = Collective::kAllreduce;
   DataType dtype = DataType::kFloat32;
+  Device device = Device::kCpu;
   int32_t reduce_op = HVD_OP_SUM;
   int32_t root_rank = 0;
   double prescale = 1.0;

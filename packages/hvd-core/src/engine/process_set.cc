@@ -20,6 +20,8 @@
 #include "common/logging.h"
 #include "engine/executor.h"
 #include "engine/timeline.h"
+#include "gpu/gpu_data_plane.h"
+#include "gpu/gpu_plugin_loader.h"
 #include "net/connection_manager.h"
 #include "ops/reduce.h"
 #include "rendezvous/store.h"
@@ -50,6 +52,7 @@ class SoloCommunicator : public Communicator {
 
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 constexpr auto kDriverCheck = std::chrono::milliseconds(1);
+constexpr auto kGpuPoll = std::chrono::microseconds(50);
 // A caller waiting this long on a tensor that is still being negotiated is
 // "blocked" on it (told to the coordinator, for divergence detection); no
 // wait on the fast path lasts this long, so it costs nothing there.
@@ -94,6 +97,7 @@ void ProcessSetRuntime::start() {
   }
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
+  host_plane_ = std::make_unique<HostDataPlane>(*comm_);
   if (member_ == 0) {
     CoordinatorConfig cc;
     cc.global_ranks = ranks_;
@@ -235,6 +239,9 @@ void ProcessSetRuntime::step() {
     return;
   }
   if (stop_requested_.load()) {
+    // Collectives already queued on the GPU finish normally (a moment).
+    const auto gpu_deadline = Clock::now() + std::chrono::seconds(2);
+    while (gpu_plane_ && gpu_plane_->pending() && Clock::now() < gpu_deadline) gpu_plane_->poll();
     // Tell the peers this is a clean exit (the coordinator tells every
     // worker, a worker its coordinator); a peer that is gone already needs
     // no telling.
@@ -249,6 +256,7 @@ void ProcessSetRuntime::step() {
     finished_ = true;
     return;
   }
+  if (gpu_plane_) gpu_plane_->poll();
   if (member_ == 0) step_coordinator();
   else step_worker();
 }
@@ -287,7 +295,9 @@ void ProcessSetRuntime::loop() {
       if (finished_) return;
       guarded_step();
       if (finished_) return;
-      deadline = std::min(wake_at_, Clock::now() + kMaxSleep);
+      // While the GPU works on queued collectives, look often: their
+      // handles complete when this thread (or a waiting caller) sees it.
+      deadline = std::min(wake_at_, Clock::now() + (gpu_plane_ && gpu_plane_->pending() ? kGpuPoll : kMaxSleep));
       fds.push_back(pollfd{wake_fd_, POLLIN, 0});
       for (auto& ch : channels_) {
         if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
@@ -382,11 +392,65 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
     for (const auto& name : r.names) {
       if (in_flight_.count(name)) release_name(name);
     }
-    executor_->run(r, locals);
+    GpuDataPlane* gpu = r.device == Device::kCuda ? &gpu_plane(locals) : nullptr;
+    DataPlane& plane = gpu != nullptr ? static_cast<DataPlane&>(*gpu) : *host_plane_;
+    try {
+      if (gpu != nullptr) gpu->begin(r, locals);
+      executor_->run(r, locals, plane);
+    } catch (...) {
+      // Every tensor of the response is still in in_flight_, failed from there.
+      plane.discard_completions();
+      throw;
+    }
     for (const auto& name : r.names) in_flight_.erase(name);
+    if (gpu != nullptr) {
+      gpu->end();  // completed by poll() once the GPU is done
+    } else {
+      for (Completion& c : plane.completions()) {
+        handle_complete_tensor(c.local.handle, c.local.index, c.error ? &*c.error : nullptr);
+      }
+      plane.completions().clear();
+    }
   }
   // A collective that completed proves its peers alive.
   for (auto& ch : channels_) ch.touch_received();
+}
+
+GpuDataPlane& ProcessSetRuntime::gpu_plane(const std::vector<LocalTensor>& locals) {
+  if (!gpu_plane_) {
+    // A rank that joined has no tensor of its own: it uses the GPU of its
+    // latest CUDA tensor.
+    int device = last_cuda_device();
+    for (const LocalTensor& l : locals) {
+      if (l.handle != nullptr) {
+        device = l.handle->tensors[l.index].device_id;
+        break;
+      }
+    }
+    GpuOptions options;
+    options.use_nccl = context_.config.gpu_use_nccl;
+    options.host_name = context_.hosts[static_cast<size_t>(context_.global_rank)];
+    options.global_ranks = ranks_;
+    options.hierarchical_allreduce = context_.config.gpu_hierarchical;
+    for (int r : ranks_) options.hosts.push_back(context_.hosts[static_cast<size_t>(r)]);
+    options.make_host_comm = [this](const std::vector<int>& members, const std::string& purpose) {
+      const auto& cfg = context_.config;
+      CommOptions o;
+      o.key = key_ + "/" + purpose;
+      o.rank = static_cast<int>(std::find(members.begin(), members.end(), member_) - members.begin());
+      for (int m : members) {
+        o.global_ranks.push_back(ranks_[static_cast<size_t>(m)]);
+        o.hosts.push_back(context_.hosts[static_cast<size_t>(ranks_[static_cast<size_t>(m)])]);
+      }
+      o.timeout_seconds = cfg.peer_timeout_seconds;
+      o.allow_shm = cfg.allow_shm;
+      o.hierarchical = false;
+      o.use_mpi = cfg.use_mpi;
+      return create_communicator(o, *context_.store, *context_.connections);
+    };
+    gpu_plane_ = std::make_unique<GpuDataPlane>(*comm_, device, options);
+  }
+  return *gpu_plane_;
 }
 
 std::string ProcessSetRuntime::rank_name(int global_rank, const std::string& role) const {
@@ -547,6 +611,9 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
   in_flight_.clear();
   join_handle_ = nullptr;
   for (hvd_handle* h : handles) handle_fail_all(h, error);
+  // Collectives already queued on the GPU: NCCL's part is aborted (a peer
+  // may never come), their handles fail.
+  if (gpu_plane_) gpu_plane_->abort(error);
 }
 
 void ProcessSetRuntime::fail(const Error& error) {

@@ -4,6 +4,7 @@
 // are independent, so collectives on disjoint sets run concurrently.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <poll.h>
 #include <functional>
@@ -25,6 +26,7 @@ namespace hvd {
 class Communicator;
 class ConnectionManager;
 class Executor;
+class GpuDataPlane;
 class Store;
 class Timeline;
 
@@ -42,6 +44,12 @@ struct EngineConfig {
   bool use_mpi = false;  // HOROVOD_CPU_OPERATIONS=mpi
   bool spin = true;  // busy-poll briefly after activity (off when oversubscribed)
   int background_core = -1;  // HOROVOD_THREAD_AFFINITY: pin background threads here; -1: no pinning
+  // HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_<OP>: NCCL for CUDA tensors, by
+  // Collective value (false: staged through the CPU transports).
+  std::array<bool, 8> gpu_use_nccl{{true, true, true, true, true, true, true, true}};
+  // HOROVOD_HIERARCHICAL_ALLREDUCE=1 given explicitly: CUDA allreduces across
+  // hosts go NCCL-within-host, CPU transports across (flat NCCL otherwise).
+  bool gpu_hierarchical = false;
 };
 
 // What a process set needs from the engine.
@@ -103,6 +111,9 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void step_worker();
   void drain_queue(std::vector<RequestMeta>* metas);
   void execute(const std::vector<Response>& responses);
+  // The plane of CUDA tensors, made (collectively) by the first response
+  // that has some.
+  GpuDataPlane& gpu_plane(const std::vector<LocalTensor>& locals);
   void wait_for_events(std::vector<pollfd> fds, Clock::time_point deadline);
   void check_heartbeats(Clock::time_point now);
   // Every kBlockedCheck: finds the in-flight tensors a caller of this rank
@@ -139,6 +150,8 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // handle_wait) owns everything below.
   std::mutex drive_mu_;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<HostDataPlane> host_plane_;
+  std::unique_ptr<GpuDataPlane> gpu_plane_;  // after comm_: destroyed before it
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator

@@ -11,13 +11,14 @@ def test_knobs_without_effect_are_named_once_by_rank_zero():
     results = ranks.run(2, '''
 hvd.init()
 hvd.allreduce(np.ones(1, np.float32))
-''', env={"HOROVOD_TORUS_ALLREDUCE": "1", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_CONTROLLER": "mpi",
-          "HOROVOD_AUTOTUNE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "false"}, timeout=60)
+''', env={"HOROVOD_TORUS_ALLREDUCE": "1", "HOROVOD_NUM_NCCL_STREAMS": "2", "HOROVOD_CONTROLLER": "mpi",
+          "HOROVOD_AUTOTUNE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "false", "HOROVOD_GPU_OPERATIONS": "NCCL"},
+       timeout=60)
     assert all(r.returncode == 0 for r in results), results
     notices = [line for line in results[0].stderr.splitlines() if "has no effect" in line]
     assert len(notices) == 3, results[0].stderr
-    assert any("HOROVOD_TORUS_ALLREDUCE=1 has no effect: hvd has no NCCL/GPU data path" in n for n in notices)
-    assert any("HOROVOD_GPU_OPERATIONS=NCCL has no effect" in n for n in notices)
+    assert any("HOROVOD_TORUS_ALLREDUCE=1 has no effect: NCCL picks its own" in n for n in notices)
+    assert any("HOROVOD_NUM_NCCL_STREAMS=2 has no effect: hvd queues" in n for n in notices)
     assert any("HOROVOD_CONTROLLER=mpi has no effect" in n and "HOROVOD_CPU_OPERATIONS=mpi" in n for n in notices)
     assert "has no effect" not in results[1].stderr  # said once per job, not per rank
 

@@ -286,7 +286,7 @@ int main(void) {
   FIELD(hvd_enqueue_args, root_rank); FIELD(hvd_enqueue_args, prescale_factor);
   FIELD(hvd_enqueue_args, postscale_factor); FIELD(hvd_enqueue_args, tensors); FIELD(hvd_enqueue_args, num_tensors);
   FIELD(hvd_enqueue_args, alloc); FIELD(hvd_enqueue_args, alloc_ctx); FIELD(hvd_enqueue_args, on_done);
-  FIELD(hvd_enqueue_args, on_done_ctx); FIELD(hvd_enqueue_args, flags);
+  FIELD(hvd_enqueue_args, on_done_ctx); FIELD(hvd_enqueue_args, flags); FIELD(hvd_enqueue_args, device_stream);
   SIZE(hvd_enqueue_args, HVD_ENQUEUE_ARGS_STRUCT_SIZE);
   FIELD(hvd_init_args, process_set_ranks); FIELD(hvd_init_args, process_set_sizes);
   FIELD(hvd_init_args, num_process_sets); SIZE(hvd_init_args, HVD_INIT_ARGS_STRUCT_SIZE);
@@ -299,6 +299,9 @@ int main(void) {
   FIELD(hvd_result, tensor_index); FIELD(hvd_result, output); FIELD(hvd_result, received_splits);
   FIELD(hvd_result, num_received_splits); FIELD(hvd_result, last_joined_rank);
   SIZE(hvd_result, HVD_RESULT_STRUCT_SIZE);
+  FIELD(hvd_gpu_info, cuda_built); FIELD(hvd_gpu_info, cuda_available); FIELD(hvd_gpu_info, device_count);
+  FIELD(hvd_gpu_info, nccl_version); FIELD(hvd_gpu_info, message); FIELD(hvd_gpu_info, message_len);
+  SIZE(hvd_gpu_info, HVD_GPU_INFO_STRUCT_SIZE);
   return 0;
 }
 '''
@@ -342,13 +345,14 @@ def test_packed_argument_layouts_match_the_header(c_layouts):
     ea = _offsets(handles._ENQUEUE_ARGS)
     assert ea[1:] == [c_layouts["hvd_enqueue_args." + f] for f in (
         "collective", "process_set_id", "reduce_op", "root_rank", "prescale_factor", "postscale_factor", "tensors",
-        "num_tensors", "alloc", "alloc_ctx", "on_done", "on_done_ctx", "flags")]
+        "num_tensors", "alloc", "alloc_ctx", "on_done", "on_done_ctx", "flags", "device_stream")]
     assert handles._ENQUEUE_ARGS_SIZE == c_layouts["hvd_enqueue_args"][0]
     assert handles._ENQUEUE_ARGS_SPAN == c_layouts["hvd_enqueue_args"][1]
 
 
 @pytest.mark.parametrize("structure,c_name", [("InitArgs", "hvd_init_args"), ("Topology", "hvd_topology"),
-                                              ("ProcessSetInfo", "hvd_process_set_info"), ("Result", "hvd_result")])
+                                              ("ProcessSetInfo", "hvd_process_set_info"), ("Result", "hvd_result"),
+                                              ("GpuInfo", "hvd_gpu_info")])
 def test_ctypes_structures_match_the_header(c_layouts, structure, c_name):
     from horovod.common import c_api
     cls = getattr(c_api, structure)

@@ -335,8 +335,9 @@ class HorovodBasics:
         return True
 
     def nccl_built(self):
-        """Returns 0: hvd-core has no NCCL support."""
-        return 0
+        """The version code of the NCCL hvd-core loads for CUDA tensors (e.g. 22703
+        for 2.27.3), 0 when it has none (no CUDA plugin, or no libnccl.so.2)."""
+        return c_api.gpu_info()["nccl_version"]
 
     def ddl_built(self):
         """Returns False: DDL is not supported."""
@@ -347,8 +348,9 @@ class HorovodBasics:
         return False
 
     def cuda_built(self):
-        """Returns False: hvd-core moves CPU memory."""
-        return False
+        """True when hvd-core has its CUDA plugin: CUDA tensors then move on the GPU
+        (NCCL, or staged through host memory where NCCL cannot serve)."""
+        return c_api.gpu_info()["cuda_built"]
 
     def rocm_built(self):
         """Returns False: ROCm is not supported."""

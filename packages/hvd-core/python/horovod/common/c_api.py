@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError, HorovodUnsupportedError
 
 API_MAJOR = 1
-API_MINOR = 4  # this package declares hvd_abort (1.4)
+API_MINOR = 5  # this package passes CUDA streams and asks hvd_get_gpu_info (1.5)
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -31,6 +31,7 @@ ERROR_UNSUPPORTED = 7
 
 # DLPack
 kDLCPU = 1
+kDLCUDA = 2
 kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLBool = 0, 1, 2, 4, 6
 
 
@@ -71,6 +72,12 @@ class ProcessSetInfo(Structure):
                 ("ranks", POINTER(c_int32)), ("ranks_capacity", c_size_t)]
 
 
+class GpuInfo(Structure):
+    _fields_ = [("struct_size", c_size_t), ("cuda_built", c_int32), ("cuda_available", c_int32),
+                ("device_count", c_int32), ("nccl_version", c_int32), ("message", ctypes.POINTER(ctypes.c_char)),
+                ("message_len", c_size_t)]
+
+
 # hvd_enqueue_args and hvd_tensor_args are packed by handles.py (struct
 # formats, checked against the header by test_packaging.py).
 ENQUEUE_CALLER_WAITS = 1
@@ -107,6 +114,8 @@ def _declare(lib):
     lib.hvd_get_async_error.restype = err
     lib.hvd_abort.argtypes = [c_char_p, c_size_t]
     lib.hvd_abort.restype = err
+    lib.hvd_get_gpu_info.argtypes = [POINTER(GpuInfo)]
+    lib.hvd_get_gpu_info.restype = err
     lib.hvd_get_topology.argtypes = [POINTER(Topology)]
     lib.hvd_get_topology.restype = err
     lib.hvd_add_process_set.argtypes = [POINTER(c_int32), c_size_t, POINTER(c_int32)]
@@ -133,12 +142,31 @@ def _declare(lib):
     lib.hvd_stop_timeline.restype = err
 
 
+def _offer_nccl_from_pypi():
+    """Adds nvidia-nccl-cu13's (or -cu12's) library folder to HVD_NCCL_DIRS, where
+    the CUDA plugin looks for libnccl.so.2 after the dynamic loader's own search."""
+    import importlib.util
+    import os
+    dirs = [d for d in os.environ.get("HVD_NCCL_DIRS", "").split(os.pathsep) if d]
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = os.path.join(location, "lib")
+        if os.path.exists(os.path.join(folder, "libnccl.so.2")) and folder not in dirs:
+            dirs.append(folder)
+    if dirs:
+        os.environ["HVD_NCCL_DIRS"] = os.pathsep.join(dirs)
+
+
 def lib():
     """The loaded libhvd_core (loaded on first use), with every function declared."""
     global _lib
     if _lib is None:
         with _lib_lock:
             if _lib is None:
+                _offer_nccl_from_pypi()
                 loaded = ctypes.CDLL(config.get_library_path(), mode=ctypes.RTLD_LOCAL)
                 _declare(loaded)
                 major, minor = c_int32(), c_int32()
@@ -150,6 +178,24 @@ def lib():
                                           API_MINOR, API_MAJOR))
                 _lib = loaded
     return _lib
+
+
+_gpu_info = None
+
+
+def gpu_info():
+    """What hvd-core can do with CUDA tensors, as a dict: cuda_built (the CUDA
+    plugin is installed), cuda_available (a GPU is usable), device_count,
+    nccl_version (0: no NCCL) and message (what was found, or why not).
+    Loads the plugin and NCCL on the first call; needs no hvd.init()."""
+    global _gpu_info
+    if _gpu_info is None:
+        info = GpuInfo(struct_size=ctypes.sizeof(GpuInfo))
+        check(lib().hvd_get_gpu_info(ctypes.byref(info)))
+        _gpu_info = {"cuda_built": bool(info.cuda_built), "cuda_available": bool(info.cuda_available),
+                     "device_count": info.device_count, "nccl_version": info.nccl_version,
+                     "message": ctypes.string_at(info.message, info.message_len).decode("utf-8", "replace")}
+    return dict(_gpu_info)
 
 
 def error_to_exception(code, message):

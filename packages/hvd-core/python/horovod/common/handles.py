@@ -20,9 +20,9 @@ __all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name"]
 # than filling ctypes.Structure fields, and small collectives are latency-bound.
 _DLTENSOR = struct.Struct("<QiiiBBHQQQ")       # 48 bytes
 _TENSOR_ARGS = struct.Struct("<QQQQQQQ")       # 56 bytes
-_ENQUEUE_ARGS = struct.Struct("<QiiiiddQQQQQQI")  # 92 bytes (struct_size: up to `flags`, ABI 1.1)
-_ENQUEUE_ARGS_SIZE = 92
-_ENQUEUE_ARGS_SPAN = 96  # sizeof(hvd_enqueue_args) with its trailing padding
+_ENQUEUE_ARGS = struct.Struct("<QiiiiddQQQQQQIxxxxQ")  # 104 bytes (struct_size: up to `device_stream`, ABI 1.5)
+_ENQUEUE_ARGS_SIZE = 104
+_ENQUEUE_ARGS_SPAN = 104  # sizeof(hvd_enqueue_args)
 _NULL_NAMES = (b"",)
 _POINTER = struct.Struct("<Q")
 _templates = threading.local()  # per-thread cache of packed argument blocks (see _args_block)
@@ -30,17 +30,22 @@ _MAX_TEMPLATES = 4096
 
 
 class TensorDesc:
-    """A tensor as the C ABI sees it: data pointer, shape, DLPack dtype (code, bits)
-    and device type. Bindings build these from their framework's tensors."""
+    """A tensor as the C ABI sees it: data pointer, shape, DLPack dtype (code, bits),
+    device (DLPack type and id) and, for a CUDA tensor, the stream (a
+    cudaStream_t as an integer; 0 is the legacy default stream) on which its
+    framework produces it. Bindings build these from their framework's tensors;
+    the first input's stream is the one the enqueue passes."""
 
-    __slots__ = ("data_ptr", "shape", "code", "bits", "device_type")
+    __slots__ = ("data_ptr", "shape", "code", "bits", "device_type", "device_id", "stream")
 
-    def __init__(self, data_ptr, shape, dtype_code, dtype_bits, device_type=c_api.kDLCPU):
+    def __init__(self, data_ptr, shape, dtype_code, dtype_bits, device_type=c_api.kDLCPU, device_id=0, stream=0):
         self.data_ptr = data_ptr or 0
         self.shape = tuple(shape)
         self.code = dtype_code
         self.bits = dtype_bits
         self.device_type = device_type
+        self.device_id = device_id
+        self.stream = stream
 
 
 def full_name(collective, name):
@@ -54,7 +59,7 @@ def full_name(collective, name):
 def _pack_dltensor(buf, offset, desc, base):
     """Writes a DLTensor for `desc` at `offset` and its shape right after it."""
     shape_off = offset + _DLTENSOR.size
-    _DLTENSOR.pack_into(buf, offset, desc.data_ptr, desc.device_type, 0, len(desc.shape), desc.code,
+    _DLTENSOR.pack_into(buf, offset, desc.data_ptr, desc.device_type, desc.device_id, len(desc.shape), desc.code,
                         desc.bits, 1, base + shape_off, 0, 0)
     if desc.shape:
         struct.pack_into("<%dq" % len(desc.shape), buf, shape_off, *desc.shape)
@@ -105,7 +110,8 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
                                splits_ptr, num_splits, name_ptr, len(name))
     _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS_SIZE, collective, process_set_id, reduce_op, root_rank,
                             prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0,
-                            c_api.ENQUEUE_ROOT_RANK_GLOBAL | (c_api.ENQUEUE_CALLER_WAITS if caller_waits else 0))
+                            c_api.ENQUEUE_ROOT_RANK_GLOBAL | (c_api.ENQUEUE_CALLER_WAITS if caller_waits else 0),
+                            inputs[0].stream if n else 0)
     return buf, data_offsets
 
 
@@ -119,8 +125,8 @@ def _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, r
     if cache is None:
         cache = _templates.cache = {}
     key = (collective, tuple(names or _NULL_NAMES), process_set_id,
-           tuple((d.shape, d.code, d.bits, d.device_type) for d in inputs),
-           None if outputs is None else tuple(None if o is None else o.device_type for o in outputs),
+           tuple((d.shape, d.code, d.bits, d.device_type, d.device_id, d.stream) for d in inputs),
+           None if outputs is None else tuple(None if o is None else (o.device_type, o.device_id) for o in outputs),
            None if splits is None else tuple(None if sp is None else tuple(sp) for sp in splits),
            reduce_op, root_rank, prescale_factor, postscale_factor, caller_waits)
     template = cache.get(key)

@@ -58,7 +58,7 @@ TUNING_FLAGS = (
                negations=("--no-hierarchical-allgather",)),
     TuningFlag("--torus-allreduce", "torus_allreduce", bool, "HOROVOD_TORUS_ALLREDUCE",
                ("params", "torus_allreduce"),
-               "2D torus allreduce over NCCL (no effect in hvd: no NCCL data path yet).", _bool_env,
+               "2D torus allreduce over NCCL (no effect in hvd: NCCL picks its own algorithms across hosts).", _bool_env,
                negations=("--no-torus-allreduce",)),
     TuningFlag("--autotune", "autotune", bool, "HOROVOD_AUTOTUNE", ("autotune", "enabled"),
                "Tune fusion threshold, cycle time and hierarchical modes while training "
@@ -101,7 +101,7 @@ TUNING_FLAGS = (
                _bool_env, negations=("--no-mpi-threads-disable",)),
     TuningFlag("--num-nccl-streams", "num_nccl_streams", int, "HOROVOD_NUM_NCCL_STREAMS",
                ("library_options", "num_nccl_streams"),
-               "NCCL streams per device (no effect in hvd: no NCCL data path yet)."),
+               "NCCL streams per device (no effect in hvd: one CUDA stream per process set)."),
     TuningFlag("--thread-affinity", "thread_affinity", str, "HOROVOD_THREAD_AFFINITY",
                ("library_options", "thread_affinity"),
                "CPU core(s) to pin each local rank's background thread to, "

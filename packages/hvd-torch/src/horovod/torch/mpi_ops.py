@@ -8,6 +8,7 @@
 import ctypes
 
 import torch
+import torch.utils.dlpack
 
 from horovod.common import _basics
 from horovod.common import c_api
@@ -69,7 +70,8 @@ _DLPACK_TYPES = {
 
 
 def _describe(tensor):
-    """The TensorDesc of a CPU tensor, after Horovod's input checks."""
+    """The TensorDesc of a CPU tensor, or of a CUDA tensor the engine moves
+    itself, after Horovod's input checks."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError("Expected a torch.Tensor, got %s" % type(tensor).__name__)
     code_bits = _DLPACK_TYPES.get(tensor.dtype)
@@ -79,22 +81,41 @@ def _describe(tensor):
         raise ValueError("Sparse tensors are not supported here; use sparse_allreduce_async.")
     if not tensor.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
+    if tensor.is_cuda:
+        # The engine's stream waits for the work torch has queued on the
+        # current stream so far (the producer of this tensor), never the host.
+        return TensorDesc(tensor.data_ptr(), tensor.shape, *code_bits, device_type=c_api.kDLCUDA,
+                          device_id=tensor.device.index, stream=torch.cuda.current_stream(tensor.device).cuda_stream)
     return TensorDesc(tensor.data_ptr(), tensor.shape, *code_bits)
 
 
 def _describe_like(tensor, desc):
-    """The TensorDesc of `tensor`, made by the caller with the shape and dtype of `desc`."""
-    return TensorDesc(tensor.data_ptr(), desc.shape, desc.code, desc.bits)
+    """The TensorDesc of `tensor`, made by the caller like `desc` (shape, dtype, device)."""
+    return TensorDesc(tensor.data_ptr(), desc.shape, desc.code, desc.bits, desc.device_type, desc.device_id,
+                      desc.stream)
+
+
+_engine_moves_cuda = None
+
+
+def _cuda_in_engine():
+    """Whether hvd-core moves CUDA tensors itself (its CUDA plugin found a GPU)."""
+    global _engine_moves_cuda
+    if _engine_moves_cuda is None:
+        _engine_moves_cuda = c_api.gpu_info()["cuda_available"]
+    return _engine_moves_cuda
 
 
 def _to_host(tensor):
-    """The tensor the engine reads: `tensor` itself on the CPU; for device tensors
-    (CUDA, ...) a host copy. The engine moves host memory only until its GPU
-    transports land, so device tensors are staged through the CPU."""
+    """The tensor the engine reads: `tensor` itself on the CPU, and CUDA tensors
+    themselves where hvd-core moves them on the GPU (NCCL); otherwise a host
+    copy of a device tensor (an hvd-core without its CUDA plugin)."""
     if not isinstance(tensor, torch.Tensor) or tensor.is_cpu:
         return tensor
     if not tensor.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
+    if tensor.is_cuda and _cuda_in_engine():
+        return tensor
     if tensor.is_cuda:
         # Page-locked memory from torch's caching host allocator: copies at
         # full bus speed, and the buffer is reused by later calls.
@@ -584,11 +605,21 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 # ---------------------------------------------------------------------------
 # allgather, alltoall, reducescatter: results sized by negotiation
 
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
 def _owned_result_to_torch(c_handle, index, dtype, device):
-    """Copies a core-allocated result into a new tensor and frees the original."""
+    """The core-allocated result as a tensor: on a GPU the tensor takes the
+    memory over (DLPack); in host memory it is copied into a new tensor and the
+    original freed."""
     res = result(c_handle, index)
     managed = res.output.contents
     dl = managed.dl_tensor
+    if dl.device.device_type == c_api.kDLCUDA:
+        capsule = _PyCapsule_New(ctypes.cast(res.output, ctypes.c_void_p), b"dltensor", None)
+        return torch.utils.dlpack.from_dlpack(capsule), res
     shape = tuple(dl.shape[i] for i in range(dl.ndim))
     out = torch.empty(shape, dtype=dtype)
     nbytes = out.numel() * out.element_size()

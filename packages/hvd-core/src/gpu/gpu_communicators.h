@@ -1,0 +1,112 @@
+// gpu_communicators.h - the two ways CUDA tensors move between the members
+// of a process set, both behind the Communicator interface (on device
+// pointers) so the executor's algorithms serve GPU tensors unchanged:
+//
+//   NcclCommunicator        NCCL collectives queued on hvd's stream; calls
+//                           return at once, the work completes in stream order
+//   HostStagedCommunicator  copies to page-locked host memory, runs the set's
+//                           CPU communicator (shm, TCP, MPI), copies back:
+//                           for dtypes NCCL cannot reduce, for ranks that
+//                           share a GPU, without NCCL, and where
+//                           HOROVOD_GPU_<OP>=MPI/GLOO asks for it
+//   HierarchicalNcclCommunicator  HOROVOD_HIERARCHICAL_ALLREDUCE=1 across
+//                           hosts: allreduce as an NCCL reduce to each host's
+//                           first member, an allreduce of those members over
+//                           the CPU transports (TCP or MPI), and an NCCL
+//                           broadcast within each host
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_plugin.h"
+#include "transport/communicator.h"
+
+namespace hvd {
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Borrows `comm` and `stream` (owned by the GpuDataPlane).
+  NcclCommunicator(const hvd_gpu_plugin* api, hvd_gpu_comm* comm, hvd_gpu_stream* stream, int rank, int size);
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes) override;
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override;
+  // Barriers carry no tensor: the executor runs them on the CPU communicator.
+  void barrier() override;
+  // NCCL is aborted by the GpuDataPlane, on the thread that queues its work.
+  void abort(const std::string&) override {}
+  std::string transport_name() const override { return "nccl"; }
+
+ private:
+  void check(int32_t rc, const hvd_gpu_status& status, const char* what);
+  const hvd_gpu_plugin* api_;
+  hvd_gpu_comm* comm_;
+  hvd_gpu_stream* stream_;
+};
+
+class HostStagedCommunicator : public Communicator {
+ public:
+  HostStagedCommunicator(const hvd_gpu_plugin* api, hvd_gpu_stream* stream, Communicator& host);
+  ~HostStagedCommunicator() override;
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes) override;
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override;
+  void barrier() override { host_.barrier(); }
+  void abort(const std::string& reason) override { host_.abort(reason); }
+  std::string transport_name() const override { return "staged(" + host_.transport_name() + ")"; }
+
+ private:
+  // Page-locked host memory of at least `bytes`, reused across calls (the
+  // stream is synchronized before the host touches it again).
+  unsigned char* host_buffer(size_t bytes);
+  void to_host(void* host, const void* device, size_t bytes);  // waits
+  void to_device(void* device, const void* host, size_t bytes);  // queued
+  const hvd_gpu_plugin* api_;
+  hvd_gpu_stream* stream_;
+  Communicator& host_;
+  void* buffer_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class HierarchicalNcclCommunicator : public Communicator {
+ public:
+  // `local` spans this host's members (the first is its root); `cross` (the
+  // hosts' roots, staged through host memory) is null except on the root.
+  // Everything but allreduce goes to `flat`, the set's NCCL communicator.
+  HierarchicalNcclCommunicator(const hvd_gpu_plugin* api, hvd_gpu_comm* local, hvd_gpu_stream* stream,
+                               HostStagedCommunicator* cross, Communicator& flat);
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override {
+    flat_.allgatherv(in, out, bytes_per_rank);
+  }
+  void broadcast(void* data, size_t bytes, int root) override { flat_.broadcast(data, bytes, root); }
+  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes) override {
+    flat_.alltoallv(in, send_bytes, out, recv_bytes);
+  }
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override {
+    flat_.reducescatter(in, out, counts, dtype, op);
+  }
+  void barrier() override { flat_.barrier(); }
+  void abort(const std::string&) override {}
+  std::string transport_name() const override { return "hierarchical(nccl+cpu)"; }
+
+ private:
+  const hvd_gpu_plugin* api_;
+  hvd_gpu_comm* local_;
+  hvd_gpu_stream* stream_;
+  HostStagedCommunicator* cross_;
+  Communicator& flat_;
+};
+
+}  // namespace hvd
