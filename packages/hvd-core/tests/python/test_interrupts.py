@@ -9,6 +9,9 @@ import ranks
 def test_ctrl_c_interrupts_a_pending_allreduce_and_the_operation_still_completes(tmp_path):
     results = ranks.run_ok(2, '''
 import signal, threading
+# A rank started from a background job inherits SIGINT ignored, and Python
+# then installs no KeyboardInterrupt handler: put it in place, as a terminal has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 hvd.init()
 out = {}
 x = np.arange(4, dtype=np.float32) + hvd.rank()
