@@ -86,7 +86,7 @@ void GpuDataPlane::setup_nccl(Communicator& host, const GpuOptions& options) {
   }
   if (!why.empty()) {
     description_ = staged_->transport_name() + ": " + why;
-    if (rank == 0) {
+    if (rank == 0 && wanted) {
       HVD_LOG(kWarning, "CUDA tensors of this process set move through host memory (slower than NCCL): " << why);
     }
     return;

@@ -15,7 +15,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,9 +53,6 @@ class GpuDataPlane : public DataPlane {
   // agreement on NCCL and NCCL's unique id.
   GpuDataPlane(Communicator& host, int device, const GpuOptions& options);
   ~GpuDataPlane() override;
-  int device() const { return device_; }
-  // "nccl", or "staged(shm)" and why NCCL is not used.
-  const std::string& description() const { return description_; }
 
   // Around executing one response: begin() makes the stream wait for the
   // inputs' ready events, end() marks where the response's work ends and
@@ -101,7 +97,7 @@ class GpuDataPlane : public DataPlane {
   const hvd_gpu_plugin* api_;
   int device_;
   GpuOptions options_;
-  std::string description_;
+  std::string description_;  // "nccl 22803", or "staged(shm): why not NCCL" (logged)
   hvd_gpu_stream* stream_ = nullptr;
   hvd_gpu_comm* nccl_comm_ = nullptr;
   std::unique_ptr<NcclCommunicator> nccl_;

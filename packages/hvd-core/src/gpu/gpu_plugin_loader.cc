@@ -13,8 +13,7 @@
 namespace hvd {
 namespace {
 
-std::mutex g_mu;
-GpuSupport* g_support = nullptr;
+std::mutex g_mu;  // guards the NCCL fields of the GpuSupport
 bool g_nccl_tried = false;
 std::atomic<int> g_last_device{0};
 
@@ -64,22 +63,23 @@ GpuSupport* load() {
 }  // namespace
 
 const GpuSupport& gpu_support() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_support == nullptr) g_support = load();  // kept for the life of the process
-  return *g_support;
+  // Loaded once (C++ makes the first call initialize it, others wait), kept
+  // for the life of the process; later calls take no lock.
+  static GpuSupport* const support = load();
+  return *support;
 }
 
 // NCCL loads without a GPU (it opens CUDA only for communicators), so
 // nccl_built() tells the truth on any machine with the plugin.
 const GpuSupport& gpu_support_with_nccl() {
-  const GpuSupport& support = gpu_support();
+  auto& support = const_cast<GpuSupport&>(gpu_support());
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_nccl_tried) {
     g_nccl_tried = true;
     hvd_gpu_status status{};
     int version = support.library != nullptr ? support.library->nccl_open(nullptr, &status) : -1;
-    if (version > 0) g_support->nccl_version = version;
-    else g_support->nccl_error = support.library != nullptr ? status.message : support.why;
+    if (version > 0) support.nccl_version = version;
+    else support.nccl_error = support.library != nullptr ? status.message : support.why;
   }
   return support;
 }
