@@ -40,7 +40,8 @@ struct Launch {
 };
 static_assert(sizeof(Launch) <= 4000, "kernel parameters must fit in 4 KiB");
 
-// dst = src * factor, with the CPU path's rounding (src/ops/reduce.cc).
+// dst = src * factor, with the CPU path's rounding (src/ops/reduce.cc) except
+// for float16 (below).
 template <typename T>
 struct Scale {
   // Integers: computed in double, truncated toward zero.
@@ -54,10 +55,13 @@ template <>
 struct Scale<double> {
   __device__ static double apply(double x, double f) { return x * f; }
 };
+// float16 as Horovod's GPU kernels (and torch's half arithmetic): the factor
+// is rounded to half first, and the product of two halves, exact in float,
+// is rounded once. (The CPU path multiplies by the float factor.)
 template <>
 struct Scale<__half> {
   __device__ static __half apply(__half x, double f) {
-    return __float2half_rn(__half2float(x) * static_cast<float>(f));
+    return __float2half_rn(__half2float(x) * __half2float(__float2half_rn(static_cast<float>(f))));
   }
 };
 template <>

@@ -142,8 +142,10 @@ for dtype in DTYPES:
     splits = [(rank + m) % 3 + 1 for m in range(size)]
     x = rand((sum(splits), 3), dtype)
     def alltoall():
-        g, g_splits = hvd.alltoall(x.to(dev), splits=torch.tensor(splits), name="gt." + d)
+        g, g_splits = hvd.alltoall(x.to(dev), splits=torch.tensor(splits, device=dev), name="gt." + d)
         c, c_splits = hvd.alltoall(x, splits=torch.tensor(splits), name="ct." + d)
+        if g_splits.device != dev:  # with the splits tensor, as Horovod returns them
+            return "received splits on %s" % g_splits.device
         return same(g, c) if torch.equal(g_splits.cpu(), c_splits) else "received splits %s" % g_splits
     check("alltoall/%s" % d, alltoall)
     if dtype != torch.bool:

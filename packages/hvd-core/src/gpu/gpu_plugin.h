@@ -86,9 +86,10 @@ typedef struct hvd_gpu_plugin {
                   hvd_gpu_status* status);
   int32_t (*zero)(hvd_gpu_stream* stream, void* dst, size_t bytes, hvd_gpu_status* status);
   /* dst = src * factor for each entry, all in one kernel launch (factor 1:
-   * a plain copy). Rounding as hvd-core's CPU scaling: float16/bfloat16 in
-   * float32 rounded to nearest even, integers in double truncated toward
-   * zero. An entry may have dst == src. */
+   * a plain copy). Rounding as hvd-core's CPU scaling - bfloat16 in float32
+   * rounded to nearest even, integers in double truncated toward zero -
+   * except float16, whose factor is rounded to float16 first, as Horovod's
+   * GPU kernels do. An entry may have dst == src. */
   int32_t (*copy_scaled)(hvd_gpu_stream* stream, const hvd_gpu_copy* copies, size_t num_copies, int32_t dtype,
                          double factor, hvd_gpu_status* status);
 

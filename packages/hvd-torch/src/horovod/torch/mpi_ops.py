@@ -161,10 +161,19 @@ def _compiling():
 # ---------------------------------------------------------------------------
 # allreduce
 
+def _check_one_device(tensors):
+    """A group's tensors must share a device; Horovod raises RuntimeError otherwise."""
+    devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+    if len(devices) > 1:
+        raise RuntimeError("A grouped collective needs all its tensors on one device; got %s."
+                           % ", ".join(sorted(str(d) for d in devices)))
+
+
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
                      single, caller_waits=False):
     """Enqueues an allreduce of `tensors` into `outputs` (which may be the tensors
     themselves); synchronize() returns outputs[0] when `single`, else the list."""
+    _check_one_device(tensors)
     ps_id = _process_set_id(process_set)
     hosts = [_to_host(t) for t in tensors]
     # A staged input is a private copy: reduce into it, then copy to the output.
@@ -632,7 +641,11 @@ def _owned_result_to_torch(c_handle, index, dtype, device):
 
 
 def _gather_like_async(collective, collective_name, tensors, name, process_set, single, reduce_op=Sum,
-                       prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False):
+                       prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False,
+                       splits_device=None):
+    """Enqueues an allgather, alltoall or reducescatter whose results the engine sizes;
+    alltoall's received splits come back on `splits_device` (default: the CPU)."""
+    _check_one_device(tensors)
     ps_id = _process_set_id(process_set)
     hosts = [_to_host(t) for t in tensors]
     inputs = [_describe(h) for h in hosts]
@@ -643,7 +656,7 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
         if collective == c_api.ALLTOALL:
             res = outs[0][1]
             received = torch.tensor([res.received_splits[i] for i in range(res.num_received_splits)],
-                                    dtype=torch.int32)
+                                    dtype=torch.int32, device=splits_device)
             return outs[0][0], received
         tensors_out = [o[0] for o in outs]
         return tensors_out[0] if single else tensors_out
@@ -943,6 +956,11 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 # ---------------------------------------------------------------------------
 # alltoall
 
+def _splits_device(splits):
+    """Where alltoall's received splits go: with the splits tensor, as Horovod does."""
+    return splits.device if isinstance(splits, torch.Tensor) else None
+
+
 def _splits_list(splits):
     if splits is None:
         return None
@@ -975,7 +993,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         (output, received_splits).
     """
     return _gather_like_async(c_api.ALLTOALL, "alltoall", [tensor], name, process_set, True,
-                              splits=[_splits_list(splits)])
+                              splits=[_splits_list(splits)], splits_device=_splits_device(splits))
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -988,7 +1006,8 @@ class HorovodAlltoall(torch.autograd.Function):
         ctx.process_set = process_set
         output, received_splits = _handles_synchronize(
             _gather_like_async(c_api.ALLTOALL, "alltoall", [tensor], name, process_set, True,
-                               splits=[_splits_list(splits)], caller_waits=True))
+                               splits=[_splits_list(splits)], caller_waits=True,
+                               splits_device=_splits_device(splits)))
         ctx.received_splits = received_splits
         ctx.mark_non_differentiable(received_splits)
         return output, received_splits
