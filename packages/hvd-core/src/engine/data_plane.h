@@ -14,6 +14,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "engine/fusion_buffer.h"
+#include "gpu/gpu_plugin.h"
 #include "hvd/dlpack.h"
 
 struct hvd_handle;
@@ -35,12 +36,9 @@ struct Completion {
   std::optional<Error> error;
 };
 
-// `count` elements from src to dst (both in the plane's memory).
-struct CopySpec {
-  void* dst;
-  const void* src;
-  size_t count;
-};
+// `count` elements from src to dst (both in the plane's memory): the GPU
+// plugin's own entry type, so a GPU plane hands the list over as it is.
+using CopySpec = hvd_gpu_copy;
 
 class DataPlane {
  public:

@@ -15,45 +15,33 @@ NcclCommunicator::NcclCommunicator(const hvd_gpu_plugin* api, hvd_gpu_comm* comm
   size_ = size;
 }
 
-void NcclCommunicator::check(int32_t rc, const hvd_gpu_status& status, const char* what) {
-  if (rc != 0) throw_gpu_status(status, what);
-}
-
 void NcclCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   allreduce_out_of_place(data, data, count, dtype, op);
 }
 
 bool NcclCommunicator::allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
-  hvd_gpu_status status{};
-  check(api_->nccl_allreduce(comm_, stream_, in, out, count, static_cast<int32_t>(dtype), static_cast<int32_t>(op),
-                             &status),
-        status, "NCCL allreduce");
+  gpu_call("NCCL allreduce", api_->nccl_allreduce, comm_, stream_, in, out, count, static_cast<int32_t>(dtype),
+           static_cast<int32_t>(op));
   return true;
 }
 
 void NcclCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
-  hvd_gpu_status status{};
-  check(api_->nccl_allgatherv(comm_, stream_, in, out, bytes_per_rank.data(), &status), status, "NCCL allgather");
+  gpu_call("NCCL allgather", api_->nccl_allgatherv, comm_, stream_, in, out, bytes_per_rank.data());
 }
 
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
-  hvd_gpu_status status{};
-  check(api_->nccl_broadcast(comm_, stream_, data, bytes, root, &status), status, "NCCL broadcast");
+  gpu_call("NCCL broadcast", api_->nccl_broadcast, comm_, stream_, data, bytes, root);
 }
 
 void NcclCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                                  const std::vector<size_t>& recv_bytes) {
-  hvd_gpu_status status{};
-  check(api_->nccl_alltoallv(comm_, stream_, in, send_bytes.data(), out, recv_bytes.data(), &status), status,
-        "NCCL alltoall");
+  gpu_call("NCCL alltoall", api_->nccl_alltoallv, comm_, stream_, in, send_bytes.data(), out, recv_bytes.data());
 }
 
 void NcclCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                                      ReduceOp op) {
-  hvd_gpu_status status{};
-  check(api_->nccl_reducescatterv(comm_, stream_, in, out, counts.data(), static_cast<int32_t>(dtype),
-                                  static_cast<int32_t>(op), &status),
-        status, "NCCL reducescatter");
+  gpu_call("NCCL reducescatter", api_->nccl_reducescatterv, comm_, stream_, in, out, counts.data(),
+           static_cast<int32_t>(dtype), static_cast<int32_t>(op));
 }
 
 void NcclCommunicator::barrier() {
@@ -62,54 +50,49 @@ void NcclCommunicator::barrier() {
 
 // ---------------------------------------------------------------------------
 
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_ != nullptr) {
+    hvd_gpu_status status{};
+    api_->stream_synchronize(stream_, &status);
+    api_->host_free(data_);
+  }
+}
+
+unsigned char* PinnedHostBuffer::get(size_t bytes) {
+  if (bytes > capacity_) {
+    gpu_call("staging through host memory", api_->stream_synchronize, stream_);
+    api_->host_free(data_);
+    capacity_ = 0;
+    hvd_gpu_status status{};
+    data_ = api_->host_alloc(round_up_to_mib(bytes), &status);
+    if (data_ == nullptr) throw_gpu_status(status, "staging through host memory");
+    capacity_ = round_up_to_mib(bytes);
+  }
+  return static_cast<unsigned char*>(data_);
+}
+
+// ---------------------------------------------------------------------------
+
 HostStagedCommunicator::HostStagedCommunicator(const hvd_gpu_plugin* api, hvd_gpu_stream* stream, Communicator& host)
-    : api_(api), stream_(stream), host_(host) {
+    : api_(api), stream_(stream), host_(host), buffer_(api, stream) {
   rank_ = host.rank();
   size_ = host.size();
 }
 
-HostStagedCommunicator::~HostStagedCommunicator() {
-  if (buffer_ != nullptr) {
-    hvd_gpu_status status{};
-    api_->stream_synchronize(stream_, &status);
-    api_->host_free(buffer_);
-  }
-}
-
-unsigned char* HostStagedCommunicator::host_buffer(size_t bytes) {
-  if (bytes > capacity_) {
-    hvd_gpu_status status{};
-    // A queued copy back to the device may still read the old buffer.
-    if (api_->stream_synchronize(stream_, &status) != 0) throw_gpu_status(status, "staging through host memory");
-    api_->host_free(buffer_);
-    buffer_ = nullptr;
-    capacity_ = 0;
-    size_t rounded = (bytes + (1u << 20) - 1) & ~size_t((1u << 20) - 1);
-    buffer_ = api_->host_alloc(rounded, &status);
-    if (buffer_ == nullptr) throw_gpu_status(status, "staging through host memory");
-    capacity_ = rounded;
-  }
-  return static_cast<unsigned char*>(buffer_);
-}
-
 void HostStagedCommunicator::to_host(void* host, const void* device, size_t bytes) {
-  hvd_gpu_status status{};
-  if (api_->copy(stream_, host, device, bytes, HVD_GPU_DEVICE_TO_HOST, &status) != 0 ||
-      api_->stream_synchronize(stream_, &status) != 0) {
-    throw_gpu_status(status, "copying a CUDA tensor to host memory");
-  }
+  gpu_call("copying a CUDA tensor to host memory", api_->copy, stream_, host, device, bytes,
+           static_cast<int32_t>(HVD_GPU_DEVICE_TO_HOST));
+  gpu_call("copying a CUDA tensor to host memory", api_->stream_synchronize, stream_);
 }
 
 void HostStagedCommunicator::to_device(void* device, const void* host, size_t bytes) {
-  hvd_gpu_status status{};
-  if (api_->copy(stream_, device, host, bytes, HVD_GPU_HOST_TO_DEVICE, &status) != 0) {
-    throw_gpu_status(status, "copying a result back to the GPU");
-  }
+  gpu_call("copying a result back to the GPU", api_->copy, stream_, device, host, bytes,
+           static_cast<int32_t>(HVD_GPU_HOST_TO_DEVICE));
 }
 
 void HostStagedCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   const size_t bytes = count * dtype_size(dtype);
-  unsigned char* host = host_buffer(bytes);
+  unsigned char* host = buffer_.get(bytes);
   to_host(host, data, bytes);
   host_.allreduce(host, count, dtype, op);
   to_device(data, host, bytes);
@@ -118,14 +101,14 @@ void HostStagedCommunicator::allreduce(void* data, size_t count, DataType dtype,
 void HostStagedCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
   const size_t mine = bytes_per_rank[static_cast<size_t>(rank_)];
   const size_t total = std::accumulate(bytes_per_rank.begin(), bytes_per_rank.end(), size_t{0});
-  unsigned char* host = host_buffer(mine + total);
+  unsigned char* host = buffer_.get(mine + total);
   to_host(host, in, mine);
   host_.allgatherv(host, host + mine, bytes_per_rank);
   to_device(out, host + mine, total);
 }
 
 void HostStagedCommunicator::broadcast(void* data, size_t bytes, int root) {
-  unsigned char* host = host_buffer(bytes);
+  unsigned char* host = buffer_.get(bytes);
   if (rank_ == root) to_host(host, data, bytes);
   host_.broadcast(host, bytes, root);
   if (rank_ != root) to_device(data, host, bytes);
@@ -135,7 +118,7 @@ void HostStagedCommunicator::alltoallv(const void* in, const std::vector<size_t>
                                        const std::vector<size_t>& recv_bytes) {
   const size_t sent = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0});
   const size_t received = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0});
-  unsigned char* host = host_buffer(sent + received);
+  unsigned char* host = buffer_.get(sent + received);
   to_host(host, in, sent);
   host_.alltoallv(host, send_bytes, host + sent, recv_bytes);
   to_device(out, host + sent, received);
@@ -146,7 +129,7 @@ void HostStagedCommunicator::reducescatter(const void* in, void* out, const std:
   const size_t esize = dtype_size(dtype);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0}) * esize;
   const size_t mine = counts[static_cast<size_t>(rank_)] * esize;
-  unsigned char* host = host_buffer(total + mine);
+  unsigned char* host = buffer_.get(total + mine);
   to_host(host, in, total);
   host_.reducescatter(host, host + total, counts, dtype, op);
   to_device(out, host + total, mine);
@@ -155,7 +138,7 @@ void HostStagedCommunicator::reducescatter(const void* in, void* out, const std:
 // ---------------------------------------------------------------------------
 
 HierarchicalNcclCommunicator::HierarchicalNcclCommunicator(const hvd_gpu_plugin* api, hvd_gpu_comm* local,
-                                                           hvd_gpu_stream* stream, HostStagedCommunicator* cross,
+                                                           hvd_gpu_stream* stream, Communicator* cross,
                                                            Communicator& flat)
     : api_(api), local_(local), stream_(stream), cross_(cross), flat_(flat) {
   rank_ = flat.rank();
@@ -163,16 +146,12 @@ HierarchicalNcclCommunicator::HierarchicalNcclCommunicator(const hvd_gpu_plugin*
 }
 
 void HierarchicalNcclCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  hvd_gpu_status status{};
-  if (api_->nccl_reduce(local_, stream_, data, data, count, static_cast<int32_t>(dtype), static_cast<int32_t>(op), 0,
-                        &status) != 0) {
-    throw_gpu_status(status, "NCCL reduce within the host (hierarchical allreduce)");
-  }
+  gpu_call("NCCL reduce within the host (hierarchical allreduce)", api_->nccl_reduce, local_, stream_,
+           static_cast<const void*>(data), data, count, static_cast<int32_t>(dtype), static_cast<int32_t>(op), 0);
   // The host's root: across hosts through host memory (waits for the reduce).
   if (cross_ != nullptr) cross_->allreduce(data, count, dtype, op);
-  if (api_->nccl_broadcast(local_, stream_, data, count * dtype_size(dtype), 0, &status) != 0) {
-    throw_gpu_status(status, "NCCL broadcast within the host (hierarchical allreduce)");
-  }
+  gpu_call("NCCL broadcast within the host (hierarchical allreduce)", api_->nccl_broadcast, local_, stream_, data,
+           count * dtype_size(dtype), 0);
 }
 
 }  // namespace hvd

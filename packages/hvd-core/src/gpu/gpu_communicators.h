@@ -1,6 +1,6 @@
-// gpu_communicators.h - the two ways CUDA tensors move between the members
-// of a process set, both behind the Communicator interface (on device
-// pointers) so the executor's algorithms serve GPU tensors unchanged:
+// gpu_communicators.h - how CUDA tensors move between the members of a
+// process set, behind the Communicator interface (on device pointers) so
+// the executor's algorithms serve GPU tensors unchanged:
 //
 //   NcclCommunicator        NCCL collectives queued on hvd's stream; calls
 //                           return at once, the work completes in stream order
@@ -24,6 +24,30 @@
 
 namespace hvd {
 
+// Page-locked host memory for staging, grown on demand (in whole MiB). The
+// stream is synchronized before a buffer is replaced: a queued copy may
+// still read the old one.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer(const hvd_gpu_plugin* api, hvd_gpu_stream* stream) : api_(api), stream_(stream) {}
+  ~PinnedHostBuffer();
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  unsigned char* get(size_t bytes);
+
+ private:
+  const hvd_gpu_plugin* api_;
+  hvd_gpu_stream* stream_;
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// `bytes` rounded up to whole MiB: buffers that grow do so rarely.
+inline size_t round_up_to_mib(size_t bytes) {
+  constexpr size_t kMiB = size_t(1) << 20;
+  return (bytes + kMiB - 1) / kMiB * kMiB;
+}
+
 class NcclCommunicator : public Communicator {
  public:
   // Borrows `comm` and `stream` (owned by the GpuDataPlane).
@@ -43,7 +67,6 @@ class NcclCommunicator : public Communicator {
   std::string transport_name() const override { return "nccl"; }
 
  private:
-  void check(int32_t rc, const hvd_gpu_status& status, const char* what);
   const hvd_gpu_plugin* api_;
   hvd_gpu_comm* comm_;
   hvd_gpu_stream* stream_;
@@ -52,7 +75,6 @@ class NcclCommunicator : public Communicator {
 class HostStagedCommunicator : public Communicator {
  public:
   HostStagedCommunicator(const hvd_gpu_plugin* api, hvd_gpu_stream* stream, Communicator& host);
-  ~HostStagedCommunicator() override;
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void broadcast(void* data, size_t bytes, int root) override;
@@ -65,16 +87,14 @@ class HostStagedCommunicator : public Communicator {
   std::string transport_name() const override { return "staged(" + host_.transport_name() + ")"; }
 
  private:
-  // Page-locked host memory of at least `bytes`, reused across calls (the
-  // stream is synchronized before the host touches it again).
-  unsigned char* host_buffer(size_t bytes);
+  // The host is done with the buffer once to_host() has returned again: it
+  // waits for the stream, so earlier copies back to the device have run.
   void to_host(void* host, const void* device, size_t bytes);  // waits
   void to_device(void* device, const void* host, size_t bytes);  // queued
   const hvd_gpu_plugin* api_;
   hvd_gpu_stream* stream_;
   Communicator& host_;
-  void* buffer_ = nullptr;
-  size_t capacity_ = 0;
+  PinnedHostBuffer buffer_;
 };
 
 class HierarchicalNcclCommunicator : public Communicator {
@@ -83,7 +103,7 @@ class HierarchicalNcclCommunicator : public Communicator {
   // hosts' roots, staged through host memory) is null except on the root.
   // Everything but allreduce goes to `flat`, the set's NCCL communicator.
   HierarchicalNcclCommunicator(const hvd_gpu_plugin* api, hvd_gpu_comm* local, hvd_gpu_stream* stream,
-                               HostStagedCommunicator* cross, Communicator& flat);
+                               Communicator* cross, Communicator& flat);
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override {
     flat_.allgatherv(in, out, bytes_per_rank);
@@ -105,7 +125,7 @@ class HierarchicalNcclCommunicator : public Communicator {
   const hvd_gpu_plugin* api_;
   hvd_gpu_comm* local_;
   hvd_gpu_stream* stream_;
-  HostStagedCommunicator* cross_;
+  Communicator* cross_;
   Communicator& flat_;
 };
 

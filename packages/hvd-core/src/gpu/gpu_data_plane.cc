@@ -20,6 +20,7 @@ GpuDataPlane::GpuDataPlane(Communicator& host, int device, const GpuOptions& opt
   stream_ = api_->stream_create(device_, &status);
   if (stream_ == nullptr) throw_gpu_status(status, "creating hvd's CUDA stream on device " + std::to_string(device));
   staged_ = std::make_unique<HostStagedCommunicator>(api_, stream_, host);
+  host_view_ = std::make_unique<PinnedHostBuffer>(api_, stream_);
   setup_nccl(host, options);
 }
 
@@ -31,9 +32,9 @@ GpuDataPlane::~GpuDataPlane() {
   if (nccl_comm_ != nullptr) api_->nccl_comm_destroy(nccl_comm_);
   nccl_.reset();
   staged_.reset();
+  host_view_.reset();
   release(fusion_);
   release(scratch_);
-  if (host_ != nullptr) api_->host_free(host_);
   for (Pending& p : pending_) api_->event_destroy(p.done);
   api_->stream_destroy(stream_);  // waits for queued work first
 }
@@ -85,7 +86,6 @@ void GpuDataPlane::setup_nccl(Communicator& host, const GpuOptions& options) {
     if (id_record[0] == 0) why = "NCCL could not create a unique id on the first rank of the set";
   }
   if (!why.empty()) {
-    description_ = staged_->transport_name() + ": " + why;
     if (rank == 0 && wanted) {
       HVD_LOG(kWarning, "CUDA tensors of this process set move through host memory (slower than NCCL): " << why);
     }
@@ -94,9 +94,8 @@ void GpuDataPlane::setup_nccl(Communicator& host, const GpuOptions& options) {
   nccl_comm_ = api_->nccl_comm_create(device_, size, rank, id_record + 1, &status);
   if (nccl_comm_ == nullptr) throw_gpu_status(status, "creating the NCCL communicator of the process set");
   nccl_ = std::make_unique<NcclCommunicator>(api_, nccl_comm_, stream_, rank, size);
-  description_ = "nccl " + std::to_string(gpu.nccl_version);
+  HVD_LOG(kDebug, "CUDA tensors of this process set on " << identity << ": NCCL " << gpu.nccl_version);
   if (options.hierarchical_allreduce) setup_hierarchy(host, options);
-  HVD_LOG(kDebug, "CUDA tensors of this process set on " << identity << ": " << description_);
 }
 
 // Collective over the set, like setup_nccl; every member reaches the same
@@ -135,7 +134,7 @@ void GpuDataPlane::setup_hierarchy(Communicator& host, const GpuOptions& options
   }
   hierarchical_ = std::make_unique<HierarchicalNcclCommunicator>(api_, local_comm_, stream_, cross_staged_.get(),
                                                                  *nccl_);
-  description_ += ", hierarchical allreduce across " + std::to_string(roots.size()) + " hosts";
+  HVD_LOG(kDebug, "CUDA allreduce of this process set: hierarchical across " << roots.size() << " hosts");
 }
 
 Communicator& GpuDataPlane::comm(DataType dtype, bool reduces) {
@@ -164,10 +163,8 @@ void GpuDataPlane::begin(const Response& response, const std::vector<LocalTensor
                   slot.meta.name);
     }
     if (local.handle->ready_event != nullptr) {
-      hvd_gpu_status status{};
-      if (api_->stream_wait_event(stream_, local.handle->ready_event, &status) != 0) {
-        throw_gpu_status(status, "ordering hvd's stream after the framework's");
-      }
+      gpu_call("ordering hvd's stream after the framework's", api_->stream_wait_event, stream_,
+               local.handle->ready_event);
     }
   }
 }
@@ -200,10 +197,7 @@ void GpuDataPlane::poll() {
       handle_complete_tensor(c.local.handle, c.local.index, c.error ? &*c.error : nullptr);
     }
   }
-  if (nccl_comm_ != nullptr) {
-    hvd_gpu_status status{};
-    if (api_->nccl_comm_check(nccl_comm_, &status) != 0) throw_gpu_status(status, "NCCL");
-  }
+  if (nccl_comm_ != nullptr) gpu_call("NCCL", api_->nccl_comm_check, nccl_comm_);
 }
 
 void GpuDataPlane::abort(const Error& error) {
@@ -232,29 +226,21 @@ void GpuDataPlane::fail_pending(const Error& error) {
 }
 
 void GpuDataPlane::copy(void* dst, const void* src, size_t bytes) {
-  hvd_gpu_status status{};
-  if (api_->copy(stream_, dst, src, bytes, HVD_GPU_DEVICE_TO_DEVICE, &status) != 0) throw_gpu_status(status, "copy");
+  gpu_call("copy", api_->copy, stream_, dst, src, bytes, static_cast<int32_t>(HVD_GPU_DEVICE_TO_DEVICE));
 }
 
-void GpuDataPlane::zero(void* dst, size_t bytes) {
-  hvd_gpu_status status{};
-  if (api_->zero(stream_, dst, bytes, &status) != 0) throw_gpu_status(status, "zero fill");
-}
+void GpuDataPlane::zero(void* dst, size_t bytes) { gpu_call("zero fill", api_->zero, stream_, dst, bytes); }
 
 void GpuDataPlane::copy_scaled(const CopySpec* copies, size_t n, DataType dtype, double factor) {
-  if (n == 0) return;
-  std::vector<hvd_gpu_copy> entries(n);
-  for (size_t i = 0; i < n; ++i) entries[i] = hvd_gpu_copy{copies[i].dst, copies[i].src, copies[i].count};
-  hvd_gpu_status status{};
-  if (api_->copy_scaled(stream_, entries.data(), entries.size(), static_cast<int32_t>(dtype), factor, &status) != 0) {
-    throw_gpu_status(status, "packing or scaling tensors");
+  if (n > 0) {
+    gpu_call("packing or scaling tensors", api_->copy_scaled, stream_, copies, n, static_cast<int32_t>(dtype), factor);
   }
 }
 
 void* GpuDataPlane::grow(DeviceBuffer& buffer, size_t bytes) {
   if (bytes > buffer.capacity) {
     release(buffer);  // frees after the queued work that uses it
-    size_t rounded = (bytes + (1u << 20) - 1) & ~size_t((1u << 20) - 1);
+    const size_t rounded = round_up_to_mib(bytes);
     hvd_gpu_status status{};
     buffer.data = api_->device_alloc(device_, rounded, &status);
     if (buffer.data == nullptr) throw_gpu_status(status, "allocating " + std::to_string(rounded) + " bytes on the GPU");
@@ -286,26 +272,15 @@ DLManagedTensor* GpuDataPlane::make_owned(const std::vector<int64_t>& shape, Dat
 }
 
 void* GpuDataPlane::host_view(void* data, size_t bytes) {
-  hvd_gpu_status status{};
-  if (bytes > host_capacity_) {
-    if (api_->stream_synchronize(stream_, &status) != 0) throw_gpu_status(status, "staging for Adasum");
-    api_->host_free(host_);
-    host_ = api_->host_alloc(bytes, &status);
-    host_capacity_ = host_ != nullptr ? bytes : 0;
-    if (host_ == nullptr) throw_gpu_status(status, "staging for Adasum");
-  }
-  if (api_->copy(stream_, host_, data, bytes, HVD_GPU_DEVICE_TO_HOST, &status) != 0 ||
-      api_->stream_synchronize(stream_, &status) != 0) {
-    throw_gpu_status(status, "staging for Adasum");
-  }
-  return host_;
+  unsigned char* host = host_view_->get(bytes);
+  gpu_call("staging for Adasum", api_->copy, stream_, static_cast<void*>(host), static_cast<const void*>(data), bytes,
+           static_cast<int32_t>(HVD_GPU_DEVICE_TO_HOST));
+  gpu_call("staging for Adasum", api_->stream_synchronize, stream_);
+  return host;
 }
 
 void GpuDataPlane::write_back(void* data, const void* host, size_t bytes) {
-  hvd_gpu_status status{};
-  if (api_->copy(stream_, data, host, bytes, HVD_GPU_HOST_TO_DEVICE, &status) != 0) {
-    throw_gpu_status(status, "staging for Adasum");
-  }
+  gpu_call("staging for Adasum", api_->copy, stream_, data, host, bytes, static_cast<int32_t>(HVD_GPU_HOST_TO_DEVICE));
 }
 
 }  // namespace hvd

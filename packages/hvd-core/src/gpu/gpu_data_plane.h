@@ -29,6 +29,7 @@ class Communicator;
 class NcclCommunicator;
 class HostStagedCommunicator;
 class HierarchicalNcclCommunicator;
+class PinnedHostBuffer;
 
 // HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_<OP>: NCCL (the default) or the CPU
 // transports (MPI, GLOO: staged through host memory), per collective.
@@ -97,7 +98,6 @@ class GpuDataPlane : public DataPlane {
   const hvd_gpu_plugin* api_;
   int device_;
   GpuOptions options_;
-  std::string description_;  // "nccl 22803", or "staged(shm): why not NCCL" (logged)
   hvd_gpu_stream* stream_ = nullptr;
   hvd_gpu_comm* nccl_comm_ = nullptr;
   std::unique_ptr<NcclCommunicator> nccl_;
@@ -110,8 +110,7 @@ class GpuDataPlane : public DataPlane {
   std::unique_ptr<HierarchicalNcclCommunicator> hierarchical_;
   Collective collective_ = Collective::kAllreduce;  // of the response being run
   DeviceBuffer fusion_, scratch_;
-  void* host_ = nullptr;  // page-locked, for host_view()
-  size_t host_capacity_ = 0;
+  std::unique_ptr<PinnedHostBuffer> host_view_;  // Adasum's host copy
   std::deque<Pending> pending_;
 };
 

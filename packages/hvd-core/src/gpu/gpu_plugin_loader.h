@@ -30,6 +30,14 @@ const GpuSupport& gpu_support_with_nccl();
 // Throws Error(status.code, context + ": " + status.message).
 [[noreturn]] void throw_gpu_status(const hvd_gpu_status& status, const std::string& context);
 
+// Calls a plugin function that reports failure by a non-zero return (its
+// last argument is the status) and throws, naming `context`, when it fails.
+template <typename Fn, typename... Args>
+void gpu_call(const char* context, Fn fn, Args... args) {
+  hvd_gpu_status status{};
+  if (fn(args..., &status) != 0) throw_gpu_status(status, context);
+}
+
 // The device of the most recent CUDA tensor this process enqueued (0 before
 // any): where a rank that joined takes part in GPU collectives with zeros.
 int last_cuda_device();

@@ -166,7 +166,6 @@ def lib():
     if _lib is None:
         with _lib_lock:
             if _lib is None:
-                _offer_nccl_from_pypi()
                 loaded = ctypes.CDLL(config.get_library_path(), mode=ctypes.RTLD_LOCAL)
                 _declare(loaded)
                 major, minor = c_int32(), c_int32()
@@ -190,6 +189,7 @@ def gpu_info():
     Loads the plugin and NCCL on the first call; needs no hvd.init()."""
     global _gpu_info
     if _gpu_info is None:
+        _offer_nccl_from_pypi()  # before the first question loads NCCL
         info = GpuInfo(struct_size=ctypes.sizeof(GpuInfo))
         check(lib().hvd_get_gpu_info(ctypes.byref(info)))
         _gpu_info = {"cuda_built": bool(info.cuda_built), "cuda_available": bool(info.cuda_available),

@@ -163,6 +163,8 @@ def _compiling():
 
 def _check_one_device(tensors):
     """A group's tensors must share a device; Horovod raises RuntimeError otherwise."""
+    if len(tensors) < 2:
+        return
     devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
     if len(devices) > 1:
         raise RuntimeError("A grouped collective needs all its tensors on one device; got %s."
