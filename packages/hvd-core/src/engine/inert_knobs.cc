@@ -29,7 +29,7 @@ constexpr InertKnob kInertKnobs[] = {
      "hvd's allgather crosses hosts in one TCP ring; only allreduce is hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)"},
     {"HOROVOD_TORUS_ALLREDUCE", "NCCL picks its own ring and tree algorithms across hosts"},
     {"HOROVOD_NUM_NCCL_STREAMS", kOneStream},
-    {"HOROVOD_BATCH_D2D_MEMCOPIES", "hvd always packs a fused response with one batched kernel"},
+    {"HOROVOD_BATCH_D2D_MEMCOPIES", "hvd always batches the copies of a fused response into few kernel launches"},
     {"HOROVOD_ENABLE_ASYNC_COMPLETION", "hvd always completes GPU collectives asynchronously (CUDA events)"},
     {"HOROVOD_DISABLE_NVTX_RANGES", "hvd emits no NVTX ranges"},
     {"HOROVOD_CCL_CACHE", "hvd has no oneCCL backend"},
