@@ -5,13 +5,13 @@
 reducescatter, grouped variants, barrier and join."""
 
 import ctypes
-import pickle
 
 import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
 from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync
+from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import get_average_backwards_compatibility_fun
 
@@ -406,34 +406,42 @@ def synchronize(handle):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Serializes and broadcasts an object from root rank to all other processes.
+    """Sends a picklable object from `root_rank` (a global rank, also on process
+    sets) to every rank of `process_set` and returns it there.
+
+    The object travels as bytes through this module's numpy collectives, so every
+    binding (horovod.torch, horovod.tensorflow, ...) uses this one implementation
+    whatever its framework: two collectives, the payload's length and then the
+    payload, named `name` + ".len" and ".data" ("broadcast_object" by default;
+    the name must be the same on every rank).
 
     Returns:
-        The object that was broadcast from `root_rank`.
+        The root's object (on the root, `obj` itself).
     """
     from horovod.common import rank  # the package imports this module: import late
     # Non-root ranks often pass None, so the default name must not depend on obj.
     name = name or "broadcast_object"
-    is_root = rank() == root_rank  # a global rank, also on process sets
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if is_root else np.zeros(0, np.uint8)
+    is_root = rank() == root_rank
+    payload = dump_object(obj) if is_root else np.zeros(0, np.uint8)
     length = broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len", process_set)
-    buf = payload.copy() if is_root else np.zeros(int(length[0]), dtype=np.uint8)
-    buf = broadcast(buf, root_rank, name + ".data", process_set)
-    return pickle.loads(buf.tobytes())
+    if not is_root:
+        payload = np.zeros(int(length[0]), dtype=np.uint8)
+    broadcast_(payload, root_rank, name + ".data", process_set)
+    return obj if is_root else load_object(payload)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Serializes and allgathers an object from all ranks.
-
-    Returns:
-        The list of objects from every rank, in rank order.
+    """Collects a picklable object from every rank of `process_set`: a list of
+    the ranks' objects in rank order, the same on every rank. Like
+    broadcast_object, one implementation for every binding (collectives named
+    `name` + ".sizes" and ".data", "allgather_object" by default).
     """
     name = name or "allgather_object"
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    payload = dump_object(obj)
     sizes = allgather(np.array([payload.size], dtype=np.int64), name + ".sizes", process_set)
-    data = allgather(payload.copy(), name + ".data", process_set)
+    data = allgather(payload, name + ".data", process_set)
     out, offset = [], 0
-    for s in sizes:
-        out.append(pickle.loads(data[offset:offset + int(s)].tobytes()))
-        offset += int(s)
+    for n in sizes.tolist():
+        out.append(load_object(data[offset:offset + n]))
+        offset += n
     return out
