@@ -1,5 +1,5 @@
 # gloo_run.py - the names of Horovod's horovod.runner.gloo_run that its tests
-# and integrations reach for. hvd's own launcher (launcher.py) takes the
+# and integrations reach for. hvd's own launcher (job_setup.py) takes the
 # place of Horovod's Gloo launcher; only the hooks with a meaning remain.
 """Horovod's ``horovod.runner.gloo_run`` hooks."""
 

@@ -93,7 +93,7 @@ from horovod.runner.config_file import load_config_file
 from horovod.runner import ssh
 from horovod.runner.errors import BadInputError, ElasticNotInstalledError, LaunchError
 from horovod.runner.hosts import HostSlots, parse_hostfile, parse_hosts
-from horovod.runner.launcher import DEFAULT_START_TIMEOUT, LaunchSettings, launch, plan
+from horovod.runner.job_setup import DEFAULT_START_TIMEOUT, LaunchSettings, launch, plan
 from horovod.runner.tuning_flags import LOG_LEVELS, TUNING_FLAGS
 
 ENV_PREFIX = "HVDRUN_"

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from horovod.runner.errors import BadInputError
 from horovod.runner.hosts import HostSlots, parse_hostfile, parse_hosts
-from horovod.runner.launcher import DEFAULT_START_TIMEOUT, LaunchSettings, launch
+from horovod.runner.job_setup import DEFAULT_START_TIMEOUT, LaunchSettings, launch
 
 FUNCTION_KEY = "hvd.run/function"
 RESULT_KEY_PREFIX = "hvd.run/result/"

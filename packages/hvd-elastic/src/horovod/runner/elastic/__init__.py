@@ -101,7 +101,7 @@ def run_elastic(settings: ElasticSettings, on_started=None, on_finished=None) ->
     ``on_started(server)`` is called once the store runs, before any worker starts;
     ``on_finished(server)`` after the workers ended, before the store stops.
     """
-    from horovod.runner.launcher import start_rendezvous
+    from horovod.runner.job_setup import start_rendezvous
     from horovod.runner.network import interface_ipv4_address, parse_interfaces, rendezvous_address
     interfaces = parse_interfaces(settings.launch.network_interfaces) \
         if settings.launch.network_interfaces else None

@@ -26,7 +26,7 @@ from horovod.runner.elastic.constants import RESET_LIMIT_EXCEEDED_MESSAGE, WORKE
 from horovod.runner.elastic.discovery import HostDiscovery, HostDiscoveryError, HostManager
 from horovod.runner.hosts import HostSlots, SlotInfo, assign_slots, is_local_host, local_host_names
 from horovod.runner.job import OutputWriter, Worker, WorkerExit, kill_deadline_seconds
-from horovod.runner.launcher import LaunchSettings, LivenessWatch, base_worker_env, frozen_reason, worker_command
+from horovod.runner.job_setup import LaunchSettings, LivenessWatch, base_worker_env, frozen_reason, worker_command
 
 # How often the discovery script runs, and how long the driver waits for
 # enough slots (both read when used, so tests may change them).
