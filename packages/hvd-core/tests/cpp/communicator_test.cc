@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "adasum/adasum.h"
 #include "auth/hmac_sha256.h"
 #include "file_store.h"
 #include "transport/shm/shm_communicator.h"
@@ -483,4 +484,46 @@ HVD_TEST(shm_member_process_killed_fails_survivor_naming_its_pid) {
     ::hvd_test::fail(__FILE__, __LINE__, "error does not name the dead pid: " + message);
   }
   EXPECT_TRUE(seconds_since(start) < 2.0);
+}
+
+namespace {
+
+// Adasum over a transport, against what its definition gives in closed form:
+// members with the same vector get that vector back, members with mutually
+// orthogonal vectors get their sum. Two tensors are fused, each with its own
+// weights: the first identical everywhere, the second orthogonal.
+void expect_adasum_closed_forms(Transport transport, int size, DataType dtype) {
+  const size_t same = 37, orthogonal = static_cast<size_t>(size) * 5;
+  run_world(transport, size, 10.0, [&](Communicator& comm, int me) {
+    std::vector<float> values(same + orthogonal, 0.0f);
+    for (size_t i = 0; i < same; ++i) values[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+    for (size_t i = 0; i < 5; ++i) values[same + static_cast<size_t>(me) * 5 + i] = static_cast<float>(me + 1);
+    std::vector<unsigned char> buffer(values.size() * dtype_size(dtype));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (dtype == DataType::kFloat32) reinterpret_cast<float*>(buffer.data())[i] = values[i];
+      else reinterpret_cast<uint16_t*>(buffer.data())[i] = float_to_half(values[i]);
+    }
+    Adasum adasum;
+    adasum.allreduce(comm, buffer.data(), {same, orthogonal}, dtype);
+    for (size_t i = 0; i < orthogonal; ++i) values[same + i] = static_cast<float>(i / 5 + 1);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float got = dtype == DataType::kFloat32 ? reinterpret_cast<float*>(buffer.data())[i]
+                                                    : half_to_float(reinterpret_cast<uint16_t*>(buffer.data())[i]);
+      if (std::fabs(got - values[i]) > 1e-3f) {
+        ::hvd_test::fail(__FILE__, __LINE__, std::string(transport_label(transport)) + " adasum at " +
+                                                 std::to_string(size) + " members: element " + std::to_string(i) +
+                                                 " is " + std::to_string(got) + ", expected " +
+                                                 std::to_string(values[i]));
+        return;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+HVD_TEST(adasum_gives_identical_vectors_back_and_sums_orthogonal_ones) {
+  for (int size = 1; size <= 4; ++size) expect_adasum_closed_forms(Transport::kShm, size, DataType::kFloat32);
+  expect_adasum_closed_forms(Transport::kTcp, 3, DataType::kFloat32);
+  expect_adasum_closed_forms(Transport::kShm, 3, DataType::kFloat16);
 }
