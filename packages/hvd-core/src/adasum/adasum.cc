@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "transport/communicator.h"
 
 namespace hvd {

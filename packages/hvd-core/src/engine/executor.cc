@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "engine/timeline.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "transport/communicator.h"
 
 namespace hvd {

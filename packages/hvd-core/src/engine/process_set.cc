@@ -23,7 +23,7 @@
 #include "gpu/gpu_data_plane.h"
 #include "gpu/gpu_plugin_loader.h"
 #include "net/connection_manager.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "transport/communicator.h"
 

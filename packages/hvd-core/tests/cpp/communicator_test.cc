@@ -20,7 +20,7 @@
 #include "transport/shm/shm_communicator.h"
 #include "common/error.h"
 #include "net/connection_manager.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "test_harness.h"
 #include "transport/communicator.h"
