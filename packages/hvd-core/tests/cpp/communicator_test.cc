@@ -1,5 +1,5 @@
-// communicator_test.cc - every collective on every transport (shm, tcp,
-// hierarchical over two fake hosts) x world size x element count x op x
+// communicator_test.cc - every collective on every transport (solo at one
+// member, shm, tcp, hierarchical over two fake hosts) x world size x element count x op x
 // dtype against a serial reference, plus failure behaviour: abort, a
 // departed member and a silent member turn into kInternal, never a hang.
 #include <atomic>
@@ -71,7 +71,7 @@ void run_world(Transport transport, int size, double timeout_seconds,
         case Transport::kHierarchicalInterleaved: options.hosts.push_back(m % 2 ? "b" : "a"); break;
       }
     }
-    std::unique_ptr<Communicator> comm = create_communicator(options, store, connections);
+    std::unique_ptr<Communicator> comm = create_communicator(options, store, &connections);
     body(*comm, member);
     // Keep every link open until all members are done with it.
     store.add(key + "/done", 1);
@@ -297,6 +297,8 @@ HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
     });
     return name;
   };
+  EXPECT_EQ(name_for(Transport::kShm, 1), std::string("LOCAL"));  // one member: solo, whatever else
+  EXPECT_EQ(name_for(Transport::kTcp, 1), std::string("LOCAL"));
   EXPECT_EQ(name_for(Transport::kShm, 2), std::string("shm"));
   EXPECT_EQ(name_for(Transport::kTcp, 2), std::string("tcp"));
   EXPECT_EQ(name_for(Transport::kHierarchical, 4), std::string("hierarchical(shm+tcp)"));
@@ -381,7 +383,7 @@ HVD_TEST(destroyed_member_fails_survivors_on_shm_and_tcp) {
       options.hosts = {"h", "h"};
       options.allow_shm = t == Transport::kShm;
       options.timeout_seconds = 20.0;
-      auto comm = create_communicator(options, store, connections);
+      auto comm = create_communicator(options, store, &connections);
       if (member == 1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         comm.reset();
