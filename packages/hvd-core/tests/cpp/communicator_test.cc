@@ -1,7 +1,8 @@
 // communicator_test.cc - every collective on every transport (solo at one
-// member, shm, tcp, hierarchical over two fake hosts) x world size x element count x op x
-// dtype against a serial reference, plus failure behaviour: abort, a
-// departed member and a silent member turn into kInternal, never a hang.
+// member, shm, tcp, hierarchical over two fake hosts) x world size x element
+// count x op x dtype against a serial reference, Adasum over the transports,
+// plus failure behaviour: abort, a departed member and a silent member turn
+// into kInternal, never a hang.
 #include <atomic>
 #include <chrono>
 #include <cmath>
