@@ -40,7 +40,7 @@ struct Launch {
 };
 static_assert(sizeof(Launch) <= 4000, "kernel parameters must fit in 4 KiB");
 
-// dst = src * factor, with the CPU path's rounding (src/ops/reduce.cc) except
+// dst = src * factor, with the CPU path's rounding (src/reduce/reduce.cc) except
 // for float16 (below).
 template <typename T>
 struct Scale {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "adasum/adasum.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "engine/engine.h"
@@ -258,9 +259,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
         (args->reduce_op == HVD_OP_AVERAGE)) {
       throw_error(ErrorCode::kUnsupported, what + " has dtype bool, which cannot be averaged; use op=Sum (logical or), Min or Max");
     }
-    if (collective == Collective::kAllreduce && args->reduce_op == HVD_OP_ADASUM &&
-        m.dtype != DataType::kFloat16 && m.dtype != DataType::kBFloat16 && m.dtype != DataType::kFloat32 &&
-        m.dtype != DataType::kFloat64) {
+    if (collective == Collective::kAllreduce && args->reduce_op == HVD_OP_ADASUM && !adasum_supports(m.dtype)) {
       throw_error(ErrorCode::kInvalidArgument, what + " has dtype " + dtype_name(m.dtype) +
                                                    "; op=Adasum needs float16, bfloat16, float32 or float64");
     }

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/engine_config.h"
 #include "engine/message.h"
 #include "engine/response_cache.h"
 
@@ -26,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 struct CoordinatorConfig {
   std::vector<int> global_ranks;  // member -> global rank, for messages
-  int64_t fusion_threshold_bytes = 128 << 20;
+  int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;
   double cycle_time_seconds = 0.001;
   size_t cache_capacity = 1024;
   bool stall_check_enabled = true;

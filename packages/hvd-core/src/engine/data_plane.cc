@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "engine/handle.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 
 namespace hvd {
 

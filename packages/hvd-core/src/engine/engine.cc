@@ -5,21 +5,21 @@
 //   HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE, HOROVOD_HOSTNAME,
 //   HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT, and the
 //   job secret HOROVOD_SECRET_KEY. Under mpirun the rank comes from the MPI
-//   launcher (OMPI_COMM_WORLD_*, PMI_*). Nothing set: rank 0 of 1.
+//   launcher (OMPI_COMM_WORLD_*, PMI_*). Nothing set: rank 0 of 1. These and
+//   every knob are parsed in engine/engine_config.cc.
 #include "engine/engine.h"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "auth/hmac_sha256.h"
-#include "common/env.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "engine/engine_config.h"
 #include "engine/inert_knobs.h"
 #include "net/connection_manager.h"
 #include "rendezvous/store.h"
@@ -27,84 +27,11 @@
 namespace hvd {
 namespace {
 
-// HOROVOD_GPU_OPERATIONS sets how every collective moves CUDA tensors,
-// HOROVOD_GPU_ALLREDUCE (..._ALLGATHER, ...) one collective's: NCCL (the
-// default), or MPI / GLOO - through host memory and the CPU transports. In
-// Horovod these chose what was compiled in; here they choose at start-up.
-void read_gpu_operations(EngineConfig* config) {
-  auto parse = [](const char* name, bool fallback) {
-    std::string value = env_string(name, "");
-    std::transform(value.begin(), value.end(), value.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    if (value.empty()) return fallback;
-    if (value == "NCCL") return true;
-    if (value == "MPI" || value == "GLOO") return false;
-    throw_error(ErrorCode::kInvalidArgument, std::string(name) + "=" + env_string(name, "") +
-                                                 " is not supported; use NCCL, or MPI / GLOO to move CUDA tensors "
-                                                 "through host memory");
-  };
-  const bool all = parse("HOROVOD_GPU_OPERATIONS", true);
-  const std::pair<const char*, Collective> per_op[] = {
-      {"HOROVOD_GPU_ALLREDUCE", Collective::kAllreduce},   {"HOROVOD_GPU_ALLGATHER", Collective::kAllgather},
-      {"HOROVOD_GPU_BROADCAST", Collective::kBroadcast},   {"HOROVOD_GPU_ALLTOALL", Collective::kAlltoall},
-      {"HOROVOD_GPU_REDUCESCATTER", Collective::kReducescatter}};
-  config->gpu_use_nccl.fill(all);
-  for (const auto& [name, collective] : per_op) config->gpu_use_nccl[static_cast<size_t>(collective)] = parse(name, all);
-}
-
 std::mutex g_mu;  // guards g_engine and serialises init/shutdown
 std::shared_ptr<Engine> g_engine;
 uint64_t g_generation = 0;  // inits so far in this process; keeps store keys apart
 
 const char* kNotInitialized = "Horovod has not been initialized; use hvd.init().";
-
-// The first variable of `names` that is set, parsed as an integer.
-bool env_first_int(std::initializer_list<const char*> names, int* out) {
-  for (const char* n : names) {
-    if (env_is_set(n)) {
-      *out = static_cast<int>(env_int(n, 0));
-      return true;
-    }
-  }
-  return false;
-}
-
-std::string local_hostname() {
-  char buf[256] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-// HOROVOD_THREAD_AFFINITY: a comma-separated core per local rank; the
-// background threads of this rank's process sets run on its core. -1: unset.
-int background_core(int local_rank, int local_size) {
-  const std::string spec = env_string("HOROVOD_THREAD_AFFINITY", "");
-  if (spec.empty()) return -1;
-  std::vector<int> cores;
-  std::istringstream in(spec);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int core = -1;
-    try {
-      core = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || core < 0) {
-      throw_error(ErrorCode::kInvalidArgument, "HOROVOD_THREAD_AFFINITY=" + spec + ": '" + item +
-                                                   "' is not a core number (expected one core per local rank, "
-                                                   "e.g. 0,4,8,12)");
-    }
-    cores.push_back(core);
-  }
-  if (static_cast<int>(cores.size()) < local_size) {
-    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_THREAD_AFFINITY=" + spec + " names " +
-                                                 std::to_string(cores.size()) + " core(s), but this host runs " +
-                                                 std::to_string(local_size) + " ranks: give one per local rank");
-  }
-  return cores[static_cast<size_t>(local_rank)];
-}
 
 }  // namespace
 
@@ -174,45 +101,12 @@ Engine::~Engine() { stop(); }
 
 void Engine::start(const hvd_init_args* args) {
   Topology& t = topology_;
-  if (!env_first_int({"HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, &t.rank)) t.rank = 0;
-  if (!env_first_int({"HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &t.size)) t.size = 1;
-  if (t.size < 1 || t.rank < 0 || t.rank >= t.size) {
-    throw_error(ErrorCode::kInvalidArgument, "invalid rank " + std::to_string(t.rank) + " for size " +
-                                                 std::to_string(t.size) + " (HOROVOD_RANK / HOROVOD_SIZE)");
-  }
+  const LaunchPlacement placement = LaunchPlacement::from_environment();
+  t.rank = placement.rank;
+  t.size = placement.size;
   set_log_rank(t.size > 1 ? t.rank : -1);
-  const std::string hostname = env_string("HOROVOD_HOSTNAME", local_hostname());
-
-  config_.fusion_threshold_bytes = env_int("HOROVOD_FUSION_THRESHOLD", 128ll << 20);
-  config_.cycle_time_seconds = env_double("HOROVOD_CYCLE_TIME", 1.0) / 1000.0;
-  config_.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, env_int("HOROVOD_CACHE_CAPACITY", 1024)));
-  config_.stall_check_enabled = !env_bool("HOROVOD_STALL_CHECK_DISABLE", false);
-  config_.stall_check_seconds = env_double("HOROVOD_STALL_CHECK_TIME_SECONDS", 60);
-  config_.stall_shutdown_seconds = env_double("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0);
-  config_.peer_timeout_seconds = env_double("HOROVOD_PEER_TIMEOUT_SECONDS", 5);
-  config_.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", 30);
-  config_.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", false);
-  config_.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", true);
-  // For CUDA tensors only when asked for (Horovod's default is off): NCCL's
-  // own algorithms across hosts usually beat a detour through host memory.
-  config_.gpu_hierarchical = env_is_set("HOROVOD_HIERARCHICAL_ALLREDUCE") && config_.hierarchical;
-  // Horovod's data-plane selector: gloo (hvd's own shared memory / TCP, the
-  // default) or mpi; ccl has no counterpart here.
-  std::string cpu_operations = env_string("HOROVOD_CPU_OPERATIONS", "");
-  std::transform(cpu_operations.begin(), cpu_operations.end(), cpu_operations.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (cpu_operations == "mpi") {
-    config_.use_mpi = true;
-  } else if (!cpu_operations.empty() && cpu_operations != "gloo") {
-    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_CPU_OPERATIONS=" + env_string("HOROVOD_CPU_OPERATIONS", "") +
-                                                 " is not supported; use gloo (hvd's shared memory and TCP, the "
-                                                 "default) or mpi");
-  }
-  read_gpu_operations(&config_);
-  dynamic_process_sets_ = env_bool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
-  if (config_.peer_timeout_seconds <= 0) {
-    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");
-  }
+  const std::string& hostname = placement.hostname;
+  config_ = EngineConfig::from_environment();
 
   // Static sets are checked before anything connects: every rank finds the
   // same fault, and nothing is left half started.
@@ -255,31 +149,20 @@ void Engine::start(const hvd_init_args* args) {
   // An elastic worker joins the round the elastic driver assigned it: every
   // member of the round uses that round's keys, however many times each of
   // them has started before (a new worker has started none).
-  const std::string round = env_string("HVD_RENDEZVOUS_ROUND", "");
-  if (!round.empty()) key_prefix = "r" + round + "/";
+  const RendezvousConfig rendezvous = RendezvousConfig::from_environment(placement);
+  if (!rendezvous.round.empty()) key_prefix = "r" + rendezvous.round + "/";
   if (t.size == 1) {
     store_ = std::make_unique<MemoryStore>();
     t.hosts = {hostname};
   } else {
-    const std::string addr = env_string("HOROVOD_GLOO_RENDEZVOUS_ADDR", "");
-    const int port = static_cast<int>(env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0));
-    const std::string secret = env_string("HOROVOD_SECRET_KEY", "");
-    if (addr.empty() || port <= 0) {
-      throw_error(ErrorCode::kInvalidArgument,
-                  "rank " + std::to_string(t.rank) + " of " + std::to_string(t.size) +
-                      ": HOROVOD_GLOO_RENDEZVOUS_ADDR and HOROVOD_GLOO_RENDEZVOUS_PORT are not set. "
-                      "Start multi-process jobs with horovodrun (or set them to the job's rendezvous store).");
-    }
-    if (secret.empty()) {
-      throw_error(ErrorCode::kInvalidArgument,
-                  "HOROVOD_SECRET_KEY is not set: every connection of a job must be authenticated "
-                  "with the job's secret. Start the job with horovodrun, which generates one.");
-    }
+    const std::string& addr = rendezvous.addr;
+    const int port = rendezvous.port;
+    const std::string& secret = rendezvous.secret;
     // Keys and shared-memory names derive from the secret, so they are
     // unique per job and not guessable by other users of the machine.
     key_prefix = to_hex(sha256(secret.data(), secret.size())).substr(0, 16) + "/" + key_prefix;
-    store_ = make_http_store(addr, port, secret);
-    LocalEndpoint endpoint = choose_local_endpoint(addr, port, env_string("HOROVOD_GLOO_IFACE", ""));
+    store_ = make_http_store(addr, port, secret, config_.connect_timeout_seconds);
+    LocalEndpoint endpoint = choose_local_endpoint(addr, port, rendezvous.iface);
     connections_ = std::make_unique<ConnectionManager>(t.rank, secret, endpoint.address,
                                                        config_.connect_timeout_seconds);
     connections_->set_unreachable_seconds(config_.peer_timeout_seconds);
@@ -306,9 +189,9 @@ void Engine::start(const hvd_init_args* args) {
       locations[static_cast<size_t>(r)] = "host " + t.hosts[static_cast<size_t>(r)] + (iface.empty() ? "" : ", " + iface);
     }
     connections_->set_peer_addresses(addresses, locations);
-    liveness_ = std::make_unique<LivenessReporter>(make_http_store(addr, port, secret),
-                                                   key_prefix + "alive/" + std::to_string(t.rank),
-                                                   config_.peer_timeout_seconds);
+    liveness_ = std::make_unique<LivenessReporter>(
+        make_http_store(addr, port, secret, config_.connect_timeout_seconds),
+        key_prefix + "alive/" + std::to_string(t.rank), config_.peer_timeout_seconds);
   }
 
   // Local and cross topology: from the launcher when given, else derived
@@ -318,12 +201,8 @@ void Engine::start(const hvd_init_args* args) {
     if (t.hosts[static_cast<size_t>(r)] == hostname) same_host.push_back(r);
   }
   int derived_local_rank = static_cast<int>(std::find(same_host.begin(), same_host.end(), t.rank) - same_host.begin());
-  if (!env_first_int({"HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &t.local_rank)) {
-    t.local_rank = derived_local_rank;
-  }
-  if (!env_first_int({"HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, &t.local_size)) {
-    t.local_size = static_cast<int>(same_host.size());
-  }
+  t.local_rank = placement.local_rank.value_or(derived_local_rank);
+  t.local_size = placement.local_size.value_or(static_cast<int>(same_host.size()));
   std::vector<std::string> host_order;
   std::map<std::string, int> host_counts;
   for (const auto& h : t.hosts) {
@@ -342,14 +221,14 @@ void Engine::start(const hvd_init_args* args) {
       }
     }
   }
-  if (!env_first_int({"HOROVOD_CROSS_RANK"}, &t.cross_rank)) t.cross_rank = derived_cross_rank;
-  if (!env_first_int({"HOROVOD_CROSS_SIZE"}, &t.cross_size)) t.cross_size = derived_cross_size;
+  t.cross_rank = placement.cross_rank.value_or(derived_cross_rank);
+  t.cross_size = placement.cross_size.value_or(derived_cross_size);
   t.homogeneous = true;
   for (const auto& [h, n] : host_counts) t.homogeneous = t.homogeneous && n == host_counts.begin()->second;
   // Spinning only pays when every local rank can have a core to itself.
   config_.spin = static_cast<unsigned>(host_counts[hostname]) <= std::max(1u, std::thread::hardware_concurrency());
 
-  config_.background_core = background_core(t.local_rank, t.local_size);
+  config_.background_core = background_core_from_environment(t.local_rank, t.local_size);
 
   context_.config = config_;
   context_.global_rank = t.rank;
@@ -360,11 +239,9 @@ void Engine::start(const hvd_init_args* args) {
   context_.key_prefix = key_prefix;
   context_.on_fatal = [this](const Error& error) { abort_all(error); };
 
-  // HOROVOD_TIMELINE=DYNAMIC (Horovod's spelling) means no timeline until
-  // hvd.start_timeline() is called; any other value is the file to write.
-  const std::string timeline_path = env_string("HOROVOD_TIMELINE", "");
-  if (t.rank == 0 && !timeline_path.empty() && timeline_path != "DYNAMIC") {
-    timeline_.start(timeline_path, env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false));
+  if (t.rank == 0) {
+    const TimelineConfig timeline = TimelineConfig::from_environment();
+    if (!timeline.path.empty()) timeline_.start(timeline.path, timeline.mark_cycles);
   }
 
   create_process_set(0, all);
@@ -466,7 +343,7 @@ std::vector<std::vector<int32_t>> Engine::allgather_on_global_set(const std::vec
 }
 
 int32_t Engine::add_process_set(std::vector<int> ranks) {
-  if (!dynamic_process_sets_) {
+  if (!config_.dynamic_process_sets) {
     throw_error(ErrorCode::kInvalidArgument,
                 "dynamic process sets are disabled: set HOROVOD_DYNAMIC_PROCESS_SETS=1 before hvd.init(), "
                 "or pass process_sets= to hvd.init()");
@@ -501,7 +378,7 @@ int32_t Engine::add_process_set(std::vector<int> ranks) {
 }
 
 void Engine::remove_process_set(int32_t id) {
-  if (!dynamic_process_sets_) {
+  if (!config_.dynamic_process_sets) {
     throw_error(ErrorCode::kInvalidArgument,
                 "dynamic process sets are disabled: set HOROVOD_DYNAMIC_PROCESS_SETS=1 before hvd.init()");
   }

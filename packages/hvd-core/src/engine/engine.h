@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_config.h"
 #include "engine/liveness.h"
 #include "engine/process_set.h"
 #include "engine/timeline.h"
@@ -73,7 +74,6 @@ class Engine {
   std::mutex sets_mu_;
   std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets_;
   int32_t next_set_id_ = 1;
-  bool dynamic_process_sets_ = false;
   uint64_t internal_ops_ = 0;
 };
 

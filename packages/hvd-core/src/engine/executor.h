@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "adasum/adasum.h"
 #include "engine/data_plane.h"
 #include "engine/handle.h"
 #include "engine/message.h"
@@ -20,8 +21,8 @@ class Timeline;
 class Executor {
  public:
   // `comm` is the process set's CPU communicator: it carries the small
-  // host-side exchanges (alltoall splits, Adasum's dot products) whatever
-  // plane the tensors are on.
+  // host-side exchanges (alltoall splits) and Adasum, whatever plane the
+  // tensors are on.
   Executor(Communicator& comm, Timeline* timeline);
   // Executes `response` (kind kExecute, not join) on `plane`. Tensor-local
   // problems (a failed caller allocation) complete that tensor with an error
@@ -32,8 +33,6 @@ class Executor {
 
  private:
   void allreduce(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane);
-  // op=Adasum on the fused, prescaled host buffer (`counts` elements per tensor).
-  void adasum(const Response& r, void* buffer, const std::vector<size_t>& counts);
   void allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   void broadcast(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   void alltoall(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
@@ -50,7 +49,7 @@ class Executor {
 
   Communicator& comm_;
   Timeline* timeline_;
-  std::vector<unsigned char> adasum_scratch_;  // received blocks (and their float32 copies)
+  Adasum adasum_;  // op=Adasum, on host memory whatever the plane
   std::vector<CopySpec> copies_;  // a fused response's packing list, kept between responses
 };
 

@@ -23,32 +23,12 @@
 #include "gpu/gpu_data_plane.h"
 #include "gpu/gpu_plugin_loader.h"
 #include "net/connection_manager.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "transport/communicator.h"
 
 namespace hvd {
 namespace {
-
-// A set of one rank: every collective is a local copy.
-class SoloCommunicator : public Communicator {
- public:
-  void allreduce(void*, size_t, DataType, ReduceOp) override {}
-  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
-    if (bytes[0] > 0 && in != out) std::memcpy(out, in, bytes[0]);
-  }
-  void broadcast(void*, size_t, int) override {}
-  void alltoallv(const void* in, const std::vector<size_t>& send, void* out, const std::vector<size_t>&) override {
-    if (send[0] > 0 && in != out) std::memcpy(out, in, send[0]);
-  }
-  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp) override {
-    if (counts[0] > 0 && in != out) std::memcpy(out, in, counts[0] * dtype_size(dtype));
-  }
-  void barrier() override {}
-  void abort(const std::string&) override {}
-  std::string transport_name() const override { return "LOCAL"; }
-};
 
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 constexpr auto kDriverCheck = std::chrono::milliseconds(1);
@@ -81,20 +61,16 @@ ProcessSetRuntime::~ProcessSetRuntime() {
 void ProcessSetRuntime::start() {
   if (member_ < 0) return;
   const auto& cfg = context_.config;
-  if (size() == 1) {
-    comm_ = std::make_unique<SoloCommunicator>();
-  } else {
-    CommOptions options;
-    options.key = key_;
-    options.rank = member_;
-    options.global_ranks = ranks_;
-    for (int r : ranks_) options.hosts.push_back(context_.hosts[static_cast<size_t>(r)]);
-    options.timeout_seconds = cfg.peer_timeout_seconds;
-    options.allow_shm = cfg.allow_shm;
-    options.hierarchical = cfg.hierarchical;
-    options.use_mpi = cfg.use_mpi;
-    comm_ = create_communicator(options, *context_.store, *context_.connections);
-  }
+  CommOptions options;
+  options.key = key_;
+  options.rank = member_;
+  options.global_ranks = ranks_;
+  for (int r : ranks_) options.hosts.push_back(context_.hosts[static_cast<size_t>(r)]);
+  options.timeout_seconds = cfg.peer_timeout_seconds;
+  options.allow_shm = cfg.allow_shm;
+  options.hierarchical = cfg.hierarchical;
+  options.use_mpi = cfg.use_mpi;
+  comm_ = create_communicator(options, *context_.store, context_.connections);
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
   host_plane_ = std::make_unique<HostDataPlane>(*comm_);
@@ -446,7 +422,7 @@ GpuDataPlane& ProcessSetRuntime::gpu_plane(const std::vector<LocalTensor>& local
       o.allow_shm = cfg.allow_shm;
       o.hierarchical = false;
       o.use_mpi = cfg.use_mpi;
-      return create_communicator(o, *context_.store, *context_.connections);
+      return create_communicator(o, *context_.store, context_.connections);
     };
     gpu_plane_ = std::make_unique<GpuDataPlane>(*comm_, device, options);
   }

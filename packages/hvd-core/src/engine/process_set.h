@@ -18,6 +18,7 @@
 
 #include "engine/control_channel.h"
 #include "engine/coordinator.h"
+#include "engine/engine_config.h"
 #include "engine/executor.h"
 #include "engine/handle.h"
 
@@ -29,28 +30,6 @@ class Executor;
 class GpuDataPlane;
 class Store;
 class Timeline;
-
-struct EngineConfig {
-  int64_t fusion_threshold_bytes = 128ll << 20;
-  double cycle_time_seconds = 0.001;
-  size_t cache_capacity = 1024;
-  bool stall_check_enabled = true;
-  double stall_check_seconds = 60;
-  double stall_shutdown_seconds = 0;
-  double peer_timeout_seconds = 5;      // HOROVOD_PEER_TIMEOUT_SECONDS
-  double connect_timeout_seconds = 30;  // HOROVOD_GLOO_TIMEOUT_SECONDS
-  bool allow_shm = true;
-  bool hierarchical = true;
-  bool use_mpi = false;  // HOROVOD_CPU_OPERATIONS=mpi
-  bool spin = true;  // busy-poll briefly after activity (off when oversubscribed)
-  int background_core = -1;  // HOROVOD_THREAD_AFFINITY: pin background threads here; -1: no pinning
-  // HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_<OP>: NCCL for CUDA tensors, by
-  // Collective value (false: staged through the CPU transports).
-  std::array<bool, 8> gpu_use_nccl{{true, true, true, true, true, true, true, true}};
-  // HOROVOD_HIERARCHICAL_ALLREDUCE=1 given explicitly: CUDA allreduces across
-  // hosts go NCCL-within-host, CPU transports across (flat NCCL otherwise).
-  bool gpu_hierarchical = false;
-};
 
 // What a process set needs from the engine.
 struct ProcessSetContext {

@@ -245,10 +245,9 @@ std::string format_seconds(double seconds) {
 
 class HttpStore : public Store {
  public:
-  HttpStore(std::string host, int port, std::string secret)
+  HttpStore(std::string host, int port, std::string secret, double operation_timeout_seconds)
       : host_(std::move(host)), port_(port), secret_(std::move(secret)),
-        operation_timeout_(env_double("HOROVOD_GLOO_TIMEOUT_SECONDS",
-                                      kDefaultOperationTimeoutSeconds)) {
+        operation_timeout_(operation_timeout_seconds) {
     if (secret_.empty()) {
       throw_error(ErrorCode::kInvalidArgument,
                   "rendezvous store " + address() + ": the job secret is empty; set "
@@ -404,9 +403,15 @@ class HttpStore : public Store {
 
 }  // namespace
 
+std::unique_ptr<Store> make_http_store(const std::string& host, int port, const std::string& secret,
+                                       double operation_timeout_seconds) {
+  return std::make_unique<HttpStore>(host, port, secret, operation_timeout_seconds);
+}
+
 std::unique_ptr<Store> make_http_store(const std::string& host, int port,
                                        const std::string& secret) {
-  return std::make_unique<HttpStore>(host, port, secret);
+  return make_http_store(host, port, secret,
+                         env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", kDefaultOperationTimeoutSeconds));
 }
 
 }  // namespace hvd

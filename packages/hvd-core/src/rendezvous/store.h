@@ -65,7 +65,12 @@ class MemoryStore : public Store {
 };
 
 // Connects to the job's HTTP store at host:port. Every request carries an
-// HMAC-SHA256 signature made with `secret` (see docs/rendezvous.md).
+// HMAC-SHA256 signature made with `secret` (see docs/rendezvous.md); an
+// operation that gets no answer for `operation_timeout_seconds` fails. The
+// engine passes its parsed HOROVOD_GLOO_TIMEOUT_SECONDS; a client of its own
+// (a test, a tool) may let the store read that variable itself.
+std::unique_ptr<Store> make_http_store(const std::string& host, int port, const std::string& secret,
+                                       double operation_timeout_seconds);
 std::unique_ptr<Store> make_http_store(const std::string& host, int port,
                                        const std::string& secret);
 

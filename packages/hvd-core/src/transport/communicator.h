@@ -1,6 +1,8 @@
 // communicator.h - the data plane of one process set: collectives over the
 // set's members, implemented by a transport.
 //
+//   SoloCommunicator         a set of one member: local copies, nothing shared
+//                            (transport/solo_communicator.h)
 //   ShmCommunicator          all members on one host: a shared-memory arena
 //   TcpCommunicator          any members: full mesh of authenticated TCP links,
 //                            ring for large payloads, recursive doubling for small
@@ -82,9 +84,11 @@ class Communicator {
   int size_ = 1;
 };
 
-// Builds the right communicator for `options` (see the table above).
+// Builds the right communicator for `options` (see the table above); the
+// one place that decides a transport, a set of one member included.
 // Collective over the members: every member calls it with the same key.
+// `connections` may be null only for a set of one (a one-rank job has none).
 std::unique_ptr<Communicator> create_communicator(const CommOptions& options, Store& store,
-                                                  ConnectionManager& connections);
+                                                  ConnectionManager* connections);
 
 }  // namespace hvd

@@ -1,7 +1,8 @@
-// communicator_test.cc - every collective on every transport (shm, tcp,
-// hierarchical over two fake hosts) x world size x element count x op x
-// dtype against a serial reference, plus failure behaviour: abort, a
-// departed member and a silent member turn into kInternal, never a hang.
+// communicator_test.cc - every collective on every transport (solo at one
+// member, shm, tcp, hierarchical over two fake hosts) x world size x element
+// count x op x dtype against a serial reference, Adasum over the transports,
+// plus failure behaviour: abort, a departed member and a silent member turn
+// into kInternal, never a hang.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -14,12 +15,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "adasum/adasum.h"
 #include "auth/hmac_sha256.h"
 #include "file_store.h"
 #include "transport/shm/shm_communicator.h"
 #include "common/error.h"
 #include "net/connection_manager.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "test_harness.h"
 #include "transport/communicator.h"
@@ -70,7 +72,7 @@ void run_world(Transport transport, int size, double timeout_seconds,
         case Transport::kHierarchicalInterleaved: options.hosts.push_back(m % 2 ? "b" : "a"); break;
       }
     }
-    std::unique_ptr<Communicator> comm = create_communicator(options, store, connections);
+    std::unique_ptr<Communicator> comm = create_communicator(options, store, &connections);
     body(*comm, member);
     // Keep every link open until all members are done with it.
     store.add(key + "/done", 1);
@@ -296,6 +298,8 @@ HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
     });
     return name;
   };
+  EXPECT_EQ(name_for(Transport::kShm, 1), std::string("LOCAL"));  // one member: solo, whatever else
+  EXPECT_EQ(name_for(Transport::kTcp, 1), std::string("LOCAL"));
   EXPECT_EQ(name_for(Transport::kShm, 2), std::string("shm"));
   EXPECT_EQ(name_for(Transport::kTcp, 2), std::string("tcp"));
   EXPECT_EQ(name_for(Transport::kHierarchical, 4), std::string("hierarchical(shm+tcp)"));
@@ -380,7 +384,7 @@ HVD_TEST(destroyed_member_fails_survivors_on_shm_and_tcp) {
       options.hosts = {"h", "h"};
       options.allow_shm = t == Transport::kShm;
       options.timeout_seconds = 20.0;
-      auto comm = create_communicator(options, store, connections);
+      auto comm = create_communicator(options, store, &connections);
       if (member == 1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         comm.reset();
@@ -483,4 +487,46 @@ HVD_TEST(shm_member_process_killed_fails_survivor_naming_its_pid) {
     ::hvd_test::fail(__FILE__, __LINE__, "error does not name the dead pid: " + message);
   }
   EXPECT_TRUE(seconds_since(start) < 2.0);
+}
+
+namespace {
+
+// Adasum over a transport, against what its definition gives in closed form:
+// members with the same vector get that vector back, members with mutually
+// orthogonal vectors get their sum. Two tensors are fused, each with its own
+// weights: the first identical everywhere, the second orthogonal.
+void expect_adasum_closed_forms(Transport transport, int size, DataType dtype) {
+  const size_t same = 37, orthogonal = static_cast<size_t>(size) * 5;
+  run_world(transport, size, 10.0, [&](Communicator& comm, int me) {
+    std::vector<float> values(same + orthogonal, 0.0f);
+    for (size_t i = 0; i < same; ++i) values[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+    for (size_t i = 0; i < 5; ++i) values[same + static_cast<size_t>(me) * 5 + i] = static_cast<float>(me + 1);
+    std::vector<unsigned char> buffer(values.size() * dtype_size(dtype));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (dtype == DataType::kFloat32) reinterpret_cast<float*>(buffer.data())[i] = values[i];
+      else reinterpret_cast<uint16_t*>(buffer.data())[i] = float_to_half(values[i]);
+    }
+    Adasum adasum;
+    adasum.allreduce(comm, buffer.data(), {same, orthogonal}, dtype);
+    for (size_t i = 0; i < orthogonal; ++i) values[same + i] = static_cast<float>(i / 5 + 1);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float got = dtype == DataType::kFloat32 ? reinterpret_cast<float*>(buffer.data())[i]
+                                                    : half_to_float(reinterpret_cast<uint16_t*>(buffer.data())[i]);
+      if (std::fabs(got - values[i]) > 1e-3f) {
+        ::hvd_test::fail(__FILE__, __LINE__, std::string(transport_label(transport)) + " adasum at " +
+                                                 std::to_string(size) + " members: element " + std::to_string(i) +
+                                                 " is " + std::to_string(got) + ", expected " +
+                                                 std::to_string(values[i]));
+        return;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+HVD_TEST(adasum_gives_identical_vectors_back_and_sums_orthogonal_ones) {
+  for (int size = 1; size <= 4; ++size) expect_adasum_closed_forms(Transport::kShm, size, DataType::kFloat32);
+  expect_adasum_closed_forms(Transport::kTcp, 3, DataType::kFloat32);
+  expect_adasum_closed_forms(Transport::kShm, 3, DataType::kFloat16);
 }

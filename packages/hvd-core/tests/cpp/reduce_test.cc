@@ -9,7 +9,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "test_harness.h"
 
 using namespace hvd;

@@ -16,7 +16,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/logging.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 
 namespace hvd {
 namespace {

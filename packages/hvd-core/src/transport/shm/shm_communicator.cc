@@ -30,7 +30,7 @@
 #include "auth/hmac_sha256.h"
 #include "common/error.h"
 #include "common/logging.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 #include "rendezvous/store.h"
 
 namespace hvd {

@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "net/connection_manager.h"
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 
 namespace hvd {
 namespace {

@@ -2,7 +2,7 @@
 // The loops are plain templates over the element type and operator with
 // __restrict pointers so -O3 auto-vectorizes float32/float64 sums; 16-bit
 // floats are widened to float32 in cache-sized blocks and rounded once.
-#include "ops/reduce.h"
+#include "reduce/reduce.h"
 
 #include <cstdint>
 #include <cstring>

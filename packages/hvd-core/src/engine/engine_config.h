@@ -1,0 +1,91 @@
+// engine_config.h - every HOROVOD_* / HVD_* variable the engine reads at
+// start-up, parsed here and nowhere else, each default written once (as a
+// field's initialiser below). A value that cannot be used throws
+// Error(kInvalidArgument) naming the variable.
+//
+// The readers are separate because start-up consults them at different
+// moments, and a variable is only read (so only fails) where it is needed:
+// the rendezvous variables only when there are peers, the thread affinity
+// once the local topology is known, the timeline only on rank 0.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace hvd {
+
+// HOROVOD_FUSION_THRESHOLD's default, 128 MiB: the one spelling of it.
+constexpr int64_t kDefaultFusionThresholdBytes = 128ll << 20;
+
+// The knobs every process set of the engine runs with.
+struct EngineConfig {
+  int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // HOROVOD_FUSION_THRESHOLD
+  double cycle_time_seconds = 0.001;    // HOROVOD_CYCLE_TIME (given in milliseconds)
+  size_t cache_capacity = 1024;         // HOROVOD_CACHE_CAPACITY; negative: 0
+  bool stall_check_enabled = true;      // HOROVOD_STALL_CHECK_DISABLE turns it off
+  double stall_check_seconds = 60;      // HOROVOD_STALL_CHECK_TIME_SECONDS
+  double stall_shutdown_seconds = 0;    // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never
+  double peer_timeout_seconds = 5;      // HOROVOD_PEER_TIMEOUT_SECONDS; must be positive
+  double connect_timeout_seconds = 30;  // HOROVOD_GLOO_TIMEOUT_SECONDS
+  bool allow_shm = true;                // HOROVOD_SHM_DISABLE turns it off
+  bool hierarchical = true;             // HOROVOD_HIERARCHICAL_ALLREDUCE
+  bool use_mpi = false;                 // HOROVOD_CPU_OPERATIONS=mpi (gloo: hvd's own transports)
+  bool spin = true;  // busy-poll briefly after activity (off when oversubscribed; not a variable)
+  int background_core = -1;  // HOROVOD_THREAD_AFFINITY: pin background threads here; -1: no pinning
+  // HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_<OP>: NCCL for CUDA tensors, by
+  // Collective value (false: staged through the CPU transports).
+  std::array<bool, 8> gpu_use_nccl{{true, true, true, true, true, true, true, true}};
+  // HOROVOD_HIERARCHICAL_ALLREDUCE=1 given explicitly: CUDA allreduces across
+  // hosts go NCCL-within-host, CPU transports across (flat NCCL otherwise).
+  bool gpu_hierarchical = false;
+  bool dynamic_process_sets = false;  // HOROVOD_DYNAMIC_PROCESS_SETS
+
+  // Everything above but `spin` and `background_core`, which depend on the
+  // topology (see background_core_from_environment).
+  static EngineConfig from_environment();
+};
+
+// Where the launcher placed this rank. Local and cross positions it did not
+// give are derived by the engine from the host names the ranks publish.
+struct LaunchPlacement {
+  int rank = 0;  // HOROVOD_RANK, else OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK
+  int size = 1;  // HOROVOD_SIZE, else OMPI_COMM_WORLD_SIZE, PMI_SIZE
+  std::string hostname;  // HOROVOD_HOSTNAME, else this machine's name
+  std::optional<int> local_rank;  // HOROVOD_LOCAL_RANK, else OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
+  std::optional<int> local_size;  // HOROVOD_LOCAL_SIZE, else OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS
+  std::optional<int> cross_rank;  // HOROVOD_CROSS_RANK
+  std::optional<int> cross_size;  // HOROVOD_CROSS_SIZE
+
+  // Nothing set: rank 0 of 1. A rank outside [0, size) is an error.
+  static LaunchPlacement from_environment();
+};
+
+// How this rank meets its peers.
+struct RendezvousConfig {
+  std::string round;  // HVD_RENDEZVOUS_ROUND: the elastic driver's round; empty outside elastic jobs
+  // Read only when the job has more than one rank, and then required:
+  std::string addr;    // HOROVOD_GLOO_RENDEZVOUS_ADDR
+  int port = 0;        // HOROVOD_GLOO_RENDEZVOUS_PORT
+  std::string secret;  // HOROVOD_SECRET_KEY
+  std::string iface;   // HOROVOD_GLOO_IFACE: the interface to listen on; empty: the one reaching the store
+
+  static RendezvousConfig from_environment(const LaunchPlacement& placement);
+};
+
+// HOROVOD_THREAD_AFFINITY: a comma-separated core per local rank; the
+// background threads of this rank's process sets run on its core. -1: unset.
+int background_core_from_environment(int local_rank, int local_size);
+
+// HOROVOD_TIMELINE: the file rank 0 writes from start-up; empty for none,
+// and for DYNAMIC (Horovod's spelling for "not until hvd.start_timeline()").
+struct TimelineConfig {
+  std::string path;
+  bool mark_cycles = false;  // HOROVOD_TIMELINE_MARK_CYCLES, read only with a path
+
+  static TimelineConfig from_environment();
+};
+
+}  // namespace hvd
