@@ -12,7 +12,8 @@ import time
 
 from horovod.common import c_api
 
-__all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name"]
+__all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name", "group_tensor_names", "copy_owned_result",
+           "received_splits"]
 
 
 # Byte layouts of the C ABI structs on LP64 (checked against the header by
@@ -54,6 +55,18 @@ def full_name(collective, name):
     if not name:
         return b""
     return ("%s.%s" % (collective, name)).encode()
+
+
+def group_tensor_names(collective, name, count):
+    """The full names of a group of `count` tensors submitted under `name`.
+
+    A lone tensor carries `name` itself; the tensors of a larger group carry
+    ``<name>_<i>``, so the same position matches across ranks. Without a
+    name every tensor's is left to the engine.
+    """
+    if count == 1:
+        return [full_name(collective, name)]
+    return [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(count)]
 
 
 def _pack_dltensor(buf, offset, desc, base):
@@ -238,6 +251,32 @@ def result(handle, index=0):
     res = c_api.Result(struct_size=ctypes.sizeof(c_api.Result), tensor_index=index)
     c_api.check(c_api.lib().hvd_handle_get_result(handle, ctypes.byref(res)))
     return res
+
+
+def copy_owned_result(res, allocate):
+    """Copies the host-memory result the core allocated (`res`, an hvd_result)
+    into an array of the caller's framework, then frees the core's copy.
+
+    `allocate(shape)` returns a new contiguous array of the result's dtype and
+    its data address; that array is returned.
+    """
+    managed = res.output.contents
+    dl = managed.dl_tensor
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    out, address = allocate(shape)
+    count = 1
+    for extent in shape:
+        count *= extent
+    nbytes = count * ((dl.dtype.bits * dl.dtype.lanes + 7) // 8)
+    if nbytes:
+        ctypes.memmove(address, dl.data, nbytes)
+    managed.deleter(res.output)
+    return out
+
+
+def received_splits(res):
+    """The rows an alltoall received from each rank, in rank order (a list of ints)."""
+    return [res.received_splits[i] for i in range(res.num_received_splits)]
 
 
 class _Pending:
