@@ -348,9 +348,7 @@ def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_pro
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank of `process_set` has reached this call."""
-    process_set_id = process_set_id_of(process_set)
-    synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], process_set_id,
-                                caller_waits=True))
+    synchronize(_handles.submit_barrier(process_set_id_of(process_set)))
 
 
 def join(device=-1):
@@ -365,8 +363,7 @@ def join(device=-1):
     Returns:
         The rank that joined last.
     """
-    return synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""], 0,
-                                       caller_waits=True))
+    return synchronize(_handles.submit_join())
 
 
 def poll(handle):

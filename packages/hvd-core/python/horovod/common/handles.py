@@ -331,6 +331,14 @@ class HandleManager:
             self._pending[handle] = _Pending(c_handle, finish, keepalive + list(keep), reserved)
         return handle
 
+    def submit_join(self):
+        """Enqueues a join of the global set; synchronize() returns the rank that joined last."""
+        return self.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""], 0, caller_waits=True)
+
+    def submit_barrier(self, process_set_id):
+        """Enqueues a barrier of the process set; synchronize() returns None."""
+        return self.submit(lambda h: None, [], c_api.BARRIER, [], [b""], process_set_id, caller_waits=True)
+
     def _get(self, handle):
         with self._lock:
             pending = self._pending.get(handle)

@@ -13,7 +13,6 @@ import torch
 from horovod.common import _basics  # noqa: F401  (Horovod code imports mpi_ops._basics)
 from horovod.common import c_api
 from horovod.common.basics import Adasum, Average, HorovodBasics, Max, Min, Product, Sum  # noqa: F401
-from horovod.common.handles import result
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -27,7 +26,7 @@ from horovod.torch.compression import Compression
 # The bridge's internals were defined here before it had a module of its own;
 # kept importable from here for code written against that layout.
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401,E402
-from horovod.common.handles import HandleManager, TensorDesc, full_name, run_sync  # noqa: F401,E402
+from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync  # noqa: F401,E402
 from horovod.torch._engine_bridge import (_DLPACK_TYPES, _CoreMismatchError, _PyCapsule_New,  # noqa: F401,E402
                                           _check_one_device, _cuda_in_engine, _describe, _describe_like,
                                           _owned_result_to_torch, _raise_torch_error, _run_sync, _tensor_names,
@@ -1035,8 +1034,7 @@ def join(device=-1):
     Returns:
         The rank that was the last to join.
     """
-    return _handles_synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""],
-                                                0, caller_waits=True))
+    return _handles_synchronize(_handles.submit_join())
 
 
 def barrier(process_set=global_process_set):
@@ -1046,6 +1044,5 @@ def barrier(process_set=global_process_set):
         process_set: the ProcessSet whose ranks wait for one another; the global process set
             (all ranks) unless given.
     """
-    _handles_synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], _process_set_id(process_set),
-                                         caller_waits=True))
+    _handles_synchronize(_handles.submit_barrier(_process_set_id(process_set)))
 
