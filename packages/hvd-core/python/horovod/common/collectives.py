@@ -10,9 +10,10 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync
+from horovod.common.handles import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
+                                    received_splits, result, run_sync)
 from horovod.common.objects import dump_object, load_object
-from horovod.common.process_sets import global_process_set
+from horovod.common.process_sets import global_process_set, process_set_id_of
 from horovod.common.util import get_average_backwards_compatibility_fun
 
 __all__ = [
@@ -65,38 +66,25 @@ def _describe(array, what="tensor"):
 
 
 def _owned_result_to_numpy(c_handle, index, dtype):
-    """Copies a core-owned result into a numpy array and frees the original."""
+    """Tensor `index`'s core-owned result as a new numpy array, and its hvd_result."""
     res = result(c_handle, index)
-    managed = res.output.contents
-    t = managed.dl_tensor
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    count = int(np.prod(shape)) if shape else 1
-    nbytes = count * dtype.itemsize
-    out = np.empty(shape, dtype=dtype)
-    if nbytes:
-        ctypes.memmove(out.ctypes.data, t.data, nbytes)
-    managed.deleter(res.output)
-    return out, res
 
+    def allocate(shape):
+        out = np.empty(shape, dtype=dtype)
+        return out, out.ctypes.data
 
-def _check_process_set(process_set):
-    if process_set.process_set_id is None:
-        raise ValueError("%s is not registered; pass it to hvd.init(process_sets=...) or "
-                         "hvd.add_process_set()" % process_set)
+    return copy_owned_result(res, allocate), res
 
 
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
                      caller_waits=False):
-    _check_process_set(process_set)
+    process_set_id = process_set_id_of(process_set)
     inputs = [_describe(t) for t in tensors]
     outs = [_describe(o, "output") for o in outputs]
-    if len(tensors) == 1:
-        names = [full_name(collective, name)]
-    else:
-        names = [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
+    names = group_tensor_names(collective, name, len(tensors))
     single = len(tensors) == 1 and collective == "allreduce"
     return _handles.submit(lambda h: outputs[0] if single else list(outputs), [tensors, outputs, inputs, outs],
-                           c_api.ALLREDUCE, inputs, names, process_set.process_set_id, outputs=outs, reduce_op=op,
+                           c_api.ALLREDUCE, inputs, names, process_set_id, outputs=outs, reduce_op=op,
                            prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                            caller_waits=caller_waits)
 
@@ -139,8 +127,8 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     op = _average_compat(op, average)
     desc = _describe(tensor)
     output = np.empty_like(tensor)
-    _check_process_set(process_set)
-    run_sync(c_api.ALLREDUCE, desc, _describe(output), full_name("allreduce", name), process_set.process_set_id,
+    process_set_id = process_set_id_of(process_set)
+    run_sync(c_api.ALLREDUCE, desc, _describe(output), full_name("allreduce", name), process_set_id,
              op, 0, prescale_factor, postscale_factor, keepalive=(tensor, output))
     return output
 
@@ -158,8 +146,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     """In-place allreduce; returns `tensor`, which holds the result."""
     op = _average_compat(op, average)
     desc = _describe(tensor)
-    _check_process_set(process_set)
-    run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set.process_set_id, op, 0,
+    process_set_id = process_set_id_of(process_set)
+    run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set_id, op, 0,
              prescale_factor, postscale_factor, keepalive=tensor)
     return tensor
 
@@ -201,24 +189,21 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def _gather_like_async(collective, collective_name, tensors, name, process_set, single, reduce_op=Sum,
                        prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False):
-    _check_process_set(process_set)
+    process_set_id = process_set_id_of(process_set)
     inputs = [_describe(t) for t in tensors]
-    if len(tensors) == 1:
-        names = [full_name(collective_name, name)]
-    else:
-        names = [full_name(collective_name, "%s_%d" % (name, i)) if name else b"" for i in range(len(tensors))]
+    names = group_tensor_names(collective_name, name, len(tensors))
     dtypes = [t.dtype for t in tensors]
 
     def finish(h):
         outs = [_owned_result_to_numpy(h, i, dtypes[i]) for i in range(len(tensors))]
         if collective == c_api.ALLTOALL:
             res = outs[0][1]
-            received = np.array([res.received_splits[i] for i in range(res.num_received_splits)], dtype=np.int32)
+            received = np.array(received_splits(res), dtype=np.int32)
             return outs[0][0] if splits is None or splits[0] is None else (outs[0][0], received)
         arrays = [o[0] for o in outs]
         return arrays[0] if single else arrays
 
-    return _handles.submit(finish, [tensors, inputs], collective, inputs, names, process_set.process_set_id,
+    return _handles.submit(finish, [tensors, inputs], collective, inputs, names, process_set_id,
                            reduce_op=reduce_op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                            splits=splits, caller_waits=caller_waits)
 
@@ -254,11 +239,11 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 def _broadcast_async(tensor, output, root_rank, name, process_set, caller_waits=False):
-    _check_process_set(process_set)
+    process_set_id = process_set_id_of(process_set)
     inputs = [_describe(tensor)]
     outs = [_describe(output, "output")]
     return _handles.submit(lambda h: output, [tensor, output, inputs, outs], c_api.BROADCAST, inputs,
-                           [full_name("broadcast", name)], process_set.process_set_id, outputs=outs,
+                           [full_name("broadcast", name)], process_set_id, outputs=outs,
                            root_rank=root_rank, caller_waits=caller_waits)
 
 
@@ -279,8 +264,8 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """
     desc = _describe(tensor)
     output = np.empty_like(tensor)
-    _check_process_set(process_set)
-    run_sync(c_api.BROADCAST, desc, _describe(output), full_name("broadcast", name), process_set.process_set_id,
+    process_set_id = process_set_id_of(process_set)
+    run_sync(c_api.BROADCAST, desc, _describe(output), full_name("broadcast", name), process_set_id,
              root_rank=root_rank, keepalive=(tensor, output))
     return output
 
@@ -293,8 +278,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `tensor`, which holds root's value."""
     desc = _describe(tensor)
-    _check_process_set(process_set)
-    run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set.process_set_id,
+    process_set_id = process_set_id_of(process_set)
+    run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set_id,
              root_rank=root_rank, keepalive=tensor)
     return tensor
 
@@ -363,9 +348,7 @@ def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_pro
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank of `process_set` has reached this call."""
-    _check_process_set(process_set)
-    synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], process_set.process_set_id,
-                                caller_waits=True))
+    synchronize(_handles.submit_barrier(process_set_id_of(process_set)))
 
 
 def join(device=-1):
@@ -380,8 +363,7 @@ def join(device=-1):
     Returns:
         The rank that joined last.
     """
-    return synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""], 0,
-                                       caller_waits=True))
+    return synchronize(_handles.submit_join())
 
 
 def poll(handle):

@@ -12,7 +12,8 @@ import time
 
 from horovod.common import c_api
 
-__all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name"]
+__all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name", "group_tensor_names", "copy_owned_result",
+           "received_splits"]
 
 
 # Byte layouts of the C ABI structs on LP64 (checked against the header by
@@ -54,6 +55,18 @@ def full_name(collective, name):
     if not name:
         return b""
     return ("%s.%s" % (collective, name)).encode()
+
+
+def group_tensor_names(collective, name, count):
+    """The full names of a group of `count` tensors submitted under `name`.
+
+    A lone tensor carries `name` itself; the tensors of a larger group carry
+    ``<name>_<i>``, so the same position matches across ranks. Without a
+    name every tensor's is left to the engine.
+    """
+    if count == 1:
+        return [full_name(collective, name)]
+    return [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(count)]
 
 
 def _pack_dltensor(buf, offset, desc, base):
@@ -240,6 +253,32 @@ def result(handle, index=0):
     return res
 
 
+def copy_owned_result(res, allocate):
+    """Copies the host-memory result the core allocated (`res`, an hvd_result)
+    into an array of the caller's framework, then frees the core's copy.
+
+    `allocate(shape)` returns a new contiguous array of the result's dtype and
+    its data address; that array is returned.
+    """
+    managed = res.output.contents
+    dl = managed.dl_tensor
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    out, address = allocate(shape)
+    count = 1
+    for extent in shape:
+        count *= extent
+    nbytes = count * ((dl.dtype.bits * dl.dtype.lanes + 7) // 8)
+    if nbytes:
+        ctypes.memmove(address, dl.data, nbytes)
+    managed.deleter(res.output)
+    return out
+
+
+def received_splits(res):
+    """The rows an alltoall received from each rank, in rank order (a list of ints)."""
+    return [res.received_splits[i] for i in range(res.num_received_splits)]
+
+
 class _Pending:
     __slots__ = ("c_handle", "finish", "keepalive", "names")
 
@@ -291,6 +330,14 @@ class HandleManager:
             handle = next(self._ids)
             self._pending[handle] = _Pending(c_handle, finish, keepalive + list(keep), reserved)
         return handle
+
+    def submit_join(self):
+        """Enqueues a join of the global set; synchronize() returns the rank that joined last."""
+        return self.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""], 0, caller_waits=True)
+
+    def submit_barrier(self, process_set_id):
+        """Enqueues a barrier of the process set; synchronize() returns None."""
+        return self.submit(lambda h: None, [], c_api.BARRIER, [], [b""], process_set_id, caller_waits=True)
 
     def _get(self, handle):
         with self._lock:

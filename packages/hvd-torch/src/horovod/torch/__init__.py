@@ -30,6 +30,9 @@ from horovod.torch.functions import (allgather_object, broadcast_object,  # noqa
                                      broadcast_optimizer_state, broadcast_parameters)
 from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401,E402
 from horovod.torch import elastic  # noqa: F401,E402
+# Registers the hvd:: torch.library ops that the collectives call while
+# torch.compile traces; importing horovod.torch.mpi_ops always runs this first.
+from horovod.torch import custom_ops  # noqa: F401,E402
 
 
 def _check_has_gpu():

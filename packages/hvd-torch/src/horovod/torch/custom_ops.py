@@ -2,13 +2,17 @@
 # hvd::allgather, hvd::broadcast and the allgather gradient), with fake
 # implementations and autograd formulas, so torch.compile(fullgraph=True)
 # can put them in a graph. horovod.torch.mpi_ops routes to these ops only
-# while Dynamo traces; eager calls go straight to the engine.
+# while Dynamo traces; eager calls go straight to the engine. The ops run
+# the eager paths of horovod.torch._engine_bridge and the gradient formulas
+# of mpi_ops; mpi_ops reaches the ops only through torch.ops.hvd, at call
+# time, so nothing imports this module but horovod.torch itself.
 """torch.library registrations of hvd's collectives for torch.compile."""
 
 import torch
 
 from horovod.common.process_sets import ProcessSet, global_process_set
-from horovod.torch import mpi_ops
+from horovod.torch._engine_bridge import _allgather_now, _allreduce_now, _broadcast_now
+from horovod.torch.mpi_ops import _allgather_grad, _broadcast_grad
 
 __all__ = ["allreduce", "allgather", "broadcast"]
 
@@ -31,7 +35,7 @@ def _name(name):
 def allreduce(tensor: torch.Tensor, op: int, name: str, prescale_factor: float, postscale_factor: float,
               process_set_id: int) -> torch.Tensor:
     """Allreduce of `tensor` (a new tensor); see horovod.torch.allreduce."""
-    return mpi_ops._allreduce_now(tensor.contiguous(), op, _name(name), prescale_factor, postscale_factor,
+    return _allreduce_now(tensor.contiguous(), op, _name(name), prescale_factor, postscale_factor,
                                   process_set_id)
 
 
@@ -56,7 +60,7 @@ allreduce.register_autograd(_allreduce_backward, setup_context=_allreduce_setup)
 @torch.library.custom_op("hvd::allgather", mutates_args=())
 def allgather(tensor: torch.Tensor, name: str, process_set_id: int) -> torch.Tensor:
     """Allgather of `tensor` along dimension 0; see horovod.torch.allgather."""
-    return mpi_ops._allgather_now(tensor.contiguous(), _name(name), _process_set(process_set_id))
+    return _allgather_now(tensor.contiguous(), _name(name), _process_set(process_set_id))
 
 
 @allgather.register_fake
@@ -71,7 +75,7 @@ def allgather_grad(grad: torch.Tensor, rows: int, process_set_id: int) -> torch.
     """The gradient of hvd::allgather for this rank's `rows` input rows."""
     # A fresh tensor: the narrowed view would alias (custom ops may not) and
     # start at an offset inductor's alignment checks reject.
-    return mpi_ops._allgather_grad(grad.contiguous(), rows, _process_set(process_set_id)).clone()
+    return _allgather_grad(grad.contiguous(), rows, _process_set(process_set_id)).clone()
 
 
 @allgather_grad.register_fake
@@ -94,7 +98,7 @@ allgather.register_autograd(_allgather_backward, setup_context=_allgather_setup)
 @torch.library.custom_op("hvd::broadcast", mutates_args=())
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str, process_set_id: int) -> torch.Tensor:
     """Broadcast of root's `tensor` (a new tensor); see horovod.torch.broadcast."""
-    return mpi_ops._broadcast_now(tensor.contiguous(), root_rank, _name(name), process_set_id)
+    return _broadcast_now(tensor.contiguous(), root_rank, _name(name), process_set_id)
 
 
 @broadcast.register_fake
@@ -112,7 +116,7 @@ def broadcast_grad(grad: torch.Tensor, root_rank: int, process_set_id: int) -> t
     # One op rather than allreduce-then-zero in the graph: a graph that
     # differs by rank could be optimised differently on each rank (the
     # compiler may fold `x * 0` and drop the allreduce on non-root ranks only).
-    return mpi_ops._broadcast_grad(grad.contiguous(), root_rank, _process_set(process_set_id))
+    return _broadcast_grad(grad.contiguous(), root_rank, _process_set(process_set_id))
 
 
 @broadcast_grad.register_fake

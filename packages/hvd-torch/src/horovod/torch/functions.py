@@ -1,22 +1,17 @@
 # functions.py - helpers that put every rank in the same starting state:
-# model parameters, optimizer state (tensors and Python scalars alike) and
-# arbitrary picklable objects, all built on the tensor collectives.
+# model parameters and optimizer state (tensors and Python scalars alike),
+# built on the tensor collectives, and arbitrary picklable objects, which
+# travel through hvd-core's object collectives shared by every binding.
 """Broadcast and gather helpers for models, optimizers and Python objects."""
 
 import collections
-import io
 
 import torch
 
+from horovod.common import collectives as _common_collectives
 from horovod.common.process_sets import global_process_set
-from horovod.torch.mpi_ops import allgather, broadcast_, broadcast_async_, rank, synchronize
-
-try:
-    # cloudpickle also handles lambdas and locally defined classes, which
-    # users do put in broadcast checkpoints; plain pickle is the fallback.
-    import cloudpickle as _pickle
-except ImportError:
-    import pickle as _pickle
+from horovod.torch._engine_bridge import raising_torch_errors
+from horovod.torch.mpi_ops import broadcast_async_, rank, synchronize
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
 
@@ -152,6 +147,11 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     broadcast_parameters(tensors, root_rank, process_set=process_set)
 
 
+# hvd-core's implementations, failing with torch's error classes.
+_broadcast_object = raising_torch_errors(_common_collectives.broadcast_object)
+_allgather_object = raising_torch_errors(_common_collectives.allgather_object)
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Sends a picklable Python object from `root_rank` to every rank of the process set and returns
     it there. A common use is sharing ``optimizer.state_dict()``:
@@ -173,22 +173,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Returns:
         The root rank's object (on the root, `obj` itself).
     """
-    # A fixed default name (not the object's type, as in Horovod): non-root
-    # ranks often pass None, and differing names would never match up.
-    name = name or "broadcast_object"
-    if rank() == root_rank:
-        buf = io.BytesIO()
-        _pickle.dump(obj, buf)
-        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-        length = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast_(length, root_rank, name + ".sz", process_set=process_set)
-        broadcast_(payload, root_rank, name + ".t", process_set=process_set)
-        return obj
-    length = torch.zeros(1, dtype=torch.int64)
-    broadcast_(length, root_rank, name + ".sz", process_set=process_set)
-    payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, name + ".t", process_set=process_set)
-    return _pickle.loads(payload.numpy().tobytes())
+    # The bytes travel as numpy arrays through hvd-core, so every binding
+    # accepts the same objects and sends the same payloads.
+    return _broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -205,15 +192,4 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     Returns:
         A list of the ranks' objects, in rank order.
     """
-    name = name or "allgather_object"
-    buf = io.BytesIO()
-    _pickle.dump(obj, buf)
-    payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=name + ".sz",
-                      process_set=process_set)
-    data = allgather(payload, name=name + ".t", process_set=process_set).numpy()
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(_pickle.loads(data[offset:offset + n].tobytes()))
-        offset += n
-    return out
+    return _allgather_object(obj, name, process_set)

@@ -1,27 +1,36 @@
 # mpi_ops.py - Horovod's collective API on torch tensors: allreduce,
 # allgather, broadcast, alltoall, reducescatter (plain, in-place, async and
 # grouped), their autograd functions, poll/synchronize, join and barrier.
-# Handles, names and process sets come from horovod.common.handles; this
-# module only turns tensors into descriptors and results back into tensors.
+# How a tensor reaches the engine and comes back (descriptors, staging,
+# handles, the synchronous calls, error classes) is horovod.torch's
+# _engine_bridge; this module decides which path a call takes (eager, autograd
+# or, under torch.compile, the hvd:: ops that horovod.torch.custom_ops
+# registers when the package is imported) and what its gradient is.
 """Collective operations on PyTorch tensors (``horovod.torch.mpi_ops``)."""
 
-import ctypes
-
 import torch
-import torch.utils.dlpack
 
-from horovod.common import _basics
+from horovod.common import _basics  # noqa: F401  (Horovod code imports mpi_ops._basics)
 from horovod.common import c_api
 from horovod.common.basics import Adasum, Average, HorovodBasics, Max, Min, Product, Sum  # noqa: F401
-from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
-from horovod.common.exceptions import HorovodInternalError
-from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
 from horovod.common.util import get_average_backwards_compatibility_fun
 
+from horovod.torch._engine_bridge import (HorovodCollectiveMismatchError, _allgather_now, _allreduce_async,
+                                          _allreduce_now, _broadcast_async, _broadcast_now, _gather_like_async,
+                                          _handles, _handles_synchronize, _splits_device, _splits_list)
 from horovod.torch.compression import Compression
+
+# The bridge's internals were defined here before it had a module of its own;
+# kept importable from here for code written against that layout.
+from horovod.common.exceptions import HorovodInternalError  # noqa: F401,E402
+from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync  # noqa: F401,E402
+from horovod.torch._engine_bridge import (_DLPACK_TYPES, _CoreMismatchError, _PyCapsule_New,  # noqa: F401,E402
+                                          _check_one_device, _cuda_in_engine, _describe, _describe_like,
+                                          _owned_result_to_torch, _raise_torch_error, _run_sync, _tensor_names,
+                                          _to_host)
 
 __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -45,106 +54,6 @@ from horovod.common import (ccl_built, cross_rank, cross_size, cuda_built, ddl_b
 handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(HorovodBasics)
 
 
-class HorovodCollectiveMismatchError(HorovodInternalError, _CoreMismatchError):
-    """The ranks disagree about a collective (shape, dtype, operation, root rank,
-    scale factors or process set for the same tensor name).
-
-    Horovod's torch binding reports every failed collective as
-    ``HorovodInternalError``; this class is one, so existing ``except`` clauses
-    keep working, and it is also hvd-core's ``HorovodCollectiveMismatchError``
-    for code that wants to tell a mismatch (the engine stays usable) from a
-    failed peer. Raised on every rank that took part.
-    """
-
-
-_handles = HandleManager()
-_basics.add_shutdown_callback(_handles.clear)
-
-# torch dtype -> DLPack (type code, bits)
-_DLPACK_TYPES = {
-    torch.uint8: (c_api.kDLUInt, 8), torch.int8: (c_api.kDLInt, 8), torch.int16: (c_api.kDLInt, 16),
-    torch.int32: (c_api.kDLInt, 32), torch.int64: (c_api.kDLInt, 64),
-    torch.float16: (c_api.kDLFloat, 16), torch.bfloat16: (c_api.kDLBfloat, 16),
-    torch.float32: (c_api.kDLFloat, 32), torch.float64: (c_api.kDLFloat, 64), torch.bool: (c_api.kDLBool, 8),
-}
-
-
-def _describe(tensor):
-    """The TensorDesc of a CPU tensor, or of a CUDA tensor the engine moves
-    itself, after Horovod's input checks."""
-    if not isinstance(tensor, torch.Tensor):
-        raise ValueError("Expected a torch.Tensor, got %s" % type(tensor).__name__)
-    code_bits = _DLPACK_TYPES.get(tensor.dtype)
-    if code_bits is None:
-        raise ValueError("Tensor type %s is not supported." % tensor.dtype)
-    if tensor.is_sparse:
-        raise ValueError("Sparse tensors are not supported here; use sparse_allreduce_async.")
-    if not tensor.is_contiguous():
-        raise ValueError("Tensor is required to be contiguous.")
-    if tensor.is_cuda:
-        # The engine's stream waits for the work torch has queued on the
-        # current stream so far (the producer of this tensor), never the host.
-        return TensorDesc(tensor.data_ptr(), tensor.shape, *code_bits, device_type=c_api.kDLCUDA,
-                          device_id=tensor.device.index, stream=torch.cuda.current_stream(tensor.device).cuda_stream)
-    return TensorDesc(tensor.data_ptr(), tensor.shape, *code_bits)
-
-
-def _describe_like(tensor, desc):
-    """The TensorDesc of `tensor`, made by the caller like `desc` (shape, dtype, device)."""
-    return TensorDesc(tensor.data_ptr(), desc.shape, desc.code, desc.bits, desc.device_type, desc.device_id,
-                      desc.stream)
-
-
-_engine_moves_cuda = None
-
-
-def _cuda_in_engine():
-    """Whether hvd-core moves CUDA tensors itself (its CUDA plugin found a GPU)."""
-    global _engine_moves_cuda
-    if _engine_moves_cuda is None:
-        _engine_moves_cuda = c_api.gpu_info()["cuda_available"]
-    return _engine_moves_cuda
-
-
-def _to_host(tensor):
-    """The tensor the engine reads: `tensor` itself on the CPU, and CUDA tensors
-    themselves where hvd-core moves them on the GPU (NCCL); otherwise a host
-    copy of a device tensor (an hvd-core without its CUDA plugin)."""
-    if not isinstance(tensor, torch.Tensor) or tensor.is_cpu:
-        return tensor
-    if not tensor.is_contiguous():
-        raise ValueError("Tensor is required to be contiguous.")
-    if tensor.is_cuda and _cuda_in_engine():
-        return tensor
-    if tensor.is_cuda:
-        # Page-locked memory from torch's caching host allocator: copies at
-        # full bus speed, and the buffer is reused by later calls.
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-        host.copy_(tensor.detach())
-        return host
-    return tensor.detach().to("cpu")
-
-
-def _tensor_names(collective, name, count):
-    if count == 1:
-        return [full_name(collective, name)]
-    return [full_name(collective, "%s_%d" % (name, i)) if name else b"" for i in range(count)]
-
-
-def _raise_torch_error(error):
-    """Re-raises a core mismatch error as the class Horovod's torch users catch."""
-    if isinstance(error, _CoreMismatchError) and not isinstance(error, HorovodCollectiveMismatchError):
-        raise HorovodCollectiveMismatchError(str(error)) from None
-    raise error
-
-
-def _run_sync(*args, **kwargs):
-    try:
-        run_sync(*args, **kwargs)
-    except _CoreMismatchError as e:
-        _raise_torch_error(e)
-
-
 def _needs_grad(tensor):
     # Going through the autograd Functions only when a gradient can flow
     # keeps their overhead off plain (e.g. optimizer) calls.
@@ -160,63 +69,6 @@ def _compiling():
 
 # ---------------------------------------------------------------------------
 # allreduce
-
-def _check_one_device(tensors):
-    """A group's tensors must share a device; Horovod raises RuntimeError otherwise."""
-    if len(tensors) < 2:
-        return
-    devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
-    if len(devices) > 1:
-        raise RuntimeError("A grouped collective needs all its tensors on one device; got %s."
-                           % ", ".join(sorted(str(d) for d in devices)))
-
-
-def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
-                     single, caller_waits=False):
-    """Enqueues an allreduce of `tensors` into `outputs` (which may be the tensors
-    themselves); synchronize() returns outputs[0] when `single`, else the list."""
-    _check_one_device(tensors)
-    ps_id = _process_set_id(process_set)
-    hosts = [_to_host(t) for t in tensors]
-    # A staged input is a private copy: reduce into it, then copy to the output.
-    host_outs = [h if o is t or h is not t else _to_host(o) for t, o, h in zip(tensors, outputs, hosts)]
-    inputs = [_describe(h) for h in hosts]
-    outs = [_describe(o) for o in host_outs]
-
-    def finish(_):
-        for out, host_out in zip(outputs, host_outs):
-            if out is not host_out:  # staged device tensor: bring the result back
-                out.copy_(host_out)
-        return outputs[0] if single else list(outputs)
-
-    return _handles.submit(finish, [tensors, outputs, hosts, host_outs], c_api.ALLREDUCE, inputs,
-                           _tensor_names(collective, name, len(tensors)), ps_id, outputs=outs, reduce_op=op,
-                           prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                           caller_waits=caller_waits)
-
-
-def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
-    """Synchronous single-tensor allreduce into `output` (a new tensor when None).
-
-    The latency-critical path: small allreduces cost little more than the
-    engine's own work, so checks and descriptors are made once.
-    """
-    host = tensor if isinstance(tensor, torch.Tensor) and tensor.is_cpu else _to_host(tensor)
-    desc = _describe(host)
-    if (output is tensor and host is tensor) or host is not tensor:
-        # In place, or a staged (private) copy of a device tensor.
-        host_out, out_desc = host, desc
-    else:
-        host_out = torch.empty_like(host)  # contiguous: `host` passed _describe
-        out_desc = _describe_like(host_out, desc)
-    _run_sync(c_api.ALLREDUCE, desc, out_desc, full_name("allreduce", name), process_set_id, op, 0,
-              prescale_factor, postscale_factor, keepalive=(host, host_out))
-    if output is None:
-        return host_out if host is tensor else host_out.to(tensor.device)
-    if host_out is not output:
-        output.copy_(host_out)
-    return output
-
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
@@ -616,59 +468,6 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 # ---------------------------------------------------------------------------
 # allgather, alltoall, reducescatter: results sized by negotiation
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-
-
-def _owned_result_to_torch(c_handle, index, dtype, device):
-    """The core-allocated result as a tensor: on a GPU the tensor takes the
-    memory over (DLPack); in host memory it is copied into a new tensor and the
-    original freed."""
-    res = result(c_handle, index)
-    managed = res.output.contents
-    dl = managed.dl_tensor
-    if dl.device.device_type == c_api.kDLCUDA:
-        capsule = _PyCapsule_New(ctypes.cast(res.output, ctypes.c_void_p), b"dltensor", None)
-        return torch.utils.dlpack.from_dlpack(capsule), res
-    shape = tuple(dl.shape[i] for i in range(dl.ndim))
-    out = torch.empty(shape, dtype=dtype)
-    nbytes = out.numel() * out.element_size()
-    if nbytes:
-        ctypes.memmove(out.data_ptr(), dl.data, nbytes)
-    managed.deleter(res.output)
-    if device.type != "cpu":
-        out = out.to(device)
-    return out, res
-
-
-def _gather_like_async(collective, collective_name, tensors, name, process_set, single, reduce_op=Sum,
-                       prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False,
-                       splits_device=None):
-    """Enqueues an allgather, alltoall or reducescatter whose results the engine sizes;
-    alltoall's received splits come back on `splits_device` (default: the CPU)."""
-    _check_one_device(tensors)
-    ps_id = _process_set_id(process_set)
-    hosts = [_to_host(t) for t in tensors]
-    inputs = [_describe(h) for h in hosts]
-    kinds = [(t.dtype, t.device) for t in tensors]
-
-    def finish(h):
-        outs = [_owned_result_to_torch(h, i, *kinds[i]) for i in range(len(tensors))]
-        if collective == c_api.ALLTOALL:
-            res = outs[0][1]
-            received = torch.tensor([res.received_splits[i] for i in range(res.num_received_splits)],
-                                    dtype=torch.int32, device=splits_device)
-            return outs[0][0], received
-        tensors_out = [o[0] for o in outs]
-        return tensors_out[0] if single else tensors_out
-
-    return _handles.submit(finish, [tensors, hosts], collective, inputs,
-                           _tensor_names(collective_name, name, len(tensors)), ps_id, reduce_op=reduce_op,
-                           prescale_factor=prescale_factor, postscale_factor=postscale_factor, splits=splits,
-                           caller_waits=caller_waits)
-
-
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts gathering `tensor` from all ranks without waiting; the result is the ranks' tensors
     stacked along the first dimension, in rank order. `tensor` itself is left untouched.
@@ -687,11 +486,6 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         gathered tensor.
     """
     return _gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True)
-
-
-def _allgather_now(tensor, name, process_set):
-    return _handles_synchronize(_gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set,
-                                                   True, caller_waits=True))
 
 
 def _allgather_grad(grad_output, dim0, process_set):
@@ -806,39 +600,6 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # ---------------------------------------------------------------------------
 # broadcast
-
-def _broadcast_async(tensor, output, root_rank, name, process_set, caller_waits=False):
-    ps_id = _process_set_id(process_set)
-    host = _to_host(tensor)
-    host_out = host if output is tensor else _to_host(output)
-
-    def finish(_):
-        if output is not host_out:
-            output.copy_(host_out)
-        return output
-
-    return _handles.submit(finish, [tensor, output, host, host_out], c_api.BROADCAST, [_describe(host)],
-                           [full_name("broadcast", name)], ps_id, outputs=[_describe(host_out)],
-                           root_rank=root_rank, caller_waits=caller_waits)
-
-
-def _broadcast_now(tensor, root_rank, name, process_set_id, output=None):
-    """Synchronous broadcast into `output` (a new tensor when None)."""
-    host = tensor if isinstance(tensor, torch.Tensor) and tensor.is_cpu else _to_host(tensor)
-    desc = _describe(host)
-    if output is tensor and host is tensor:
-        host_out, out_desc = host, desc
-    else:
-        host_out = torch.empty_like(host)  # contiguous: `host` passed _describe
-        out_desc = _describe_like(host_out, desc)
-    _run_sync(c_api.BROADCAST, desc, out_desc, full_name("broadcast", name), process_set_id, root_rank=root_rank,
-              keepalive=(host, host_out))
-    if output is None:
-        return host_out if host is tensor else host_out.to(tensor.device)
-    if host_out is not output:
-        output.copy_(host_out)
-    return output
-
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts copying `tensor` from `root_rank` to all ranks without waiting; the result goes to a new
@@ -957,21 +718,6 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---------------------------------------------------------------------------
 # alltoall
-
-def _splits_device(splits):
-    """Where alltoall's received splits go: with the splits tensor, as Horovod does."""
-    return splits.device if isinstance(splits, torch.Tensor) else None
-
-
-def _splits_list(splits):
-    if splits is None:
-        return None
-    if isinstance(splits, torch.Tensor):
-        if splits.dtype not in (torch.int32, torch.int64):
-            raise ValueError("splits must be an integer tensor, got %s" % splits.dtype)
-        return [int(s) for s in splits.reshape(-1).tolist()]
-    return [int(s) for s in splits]
-
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an all-to-all exchange without waiting: `tensor` is cut into consecutive blocks of rows,
@@ -1254,13 +1000,6 @@ def poll(handle):
     return _handles.poll(handle)
 
 
-def _handles_synchronize(handle):
-    try:
-        return _handles.synchronize(handle)
-    except _CoreMismatchError as e:
-        _raise_torch_error(e)
-
-
 def synchronize(handle):
     """Waits for the asynchronous operation behind `handle` to finish and returns its result.
 
@@ -1295,8 +1034,7 @@ def join(device=-1):
     Returns:
         The rank that was the last to join.
     """
-    return _handles_synchronize(_handles.submit(lambda h: result(h, 0).last_joined_rank, [], c_api.JOIN, [], [b""],
-                                                0, caller_waits=True))
+    return _handles_synchronize(_handles.submit_join())
 
 
 def barrier(process_set=global_process_set):
@@ -1306,9 +1044,5 @@ def barrier(process_set=global_process_set):
         process_set: the ProcessSet whose ranks wait for one another; the global process set
             (all ranks) unless given.
     """
-    _handles_synchronize(_handles.submit(lambda h: None, [], c_api.BARRIER, [], [b""], _process_set_id(process_set),
-                                         caller_waits=True))
+    _handles_synchronize(_handles.submit_barrier(_process_set_id(process_set)))
 
-
-# Registers the hvd:: custom ops used inside torch.compile.
-from horovod.torch import custom_ops as _custom_ops  # noqa: E402,F401

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import torch
 
 from horovod.torch.compression import Compression
+from horovod.common.optimizer_options import check_optimizer_options, gradient_scale_factors
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 from horovod.torch.mpi_ops import (Adasum, Average, _basics, allreduce_async_, grouped_allreduce_async_, size,
@@ -132,19 +133,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         all_params = [p for group in self.param_groups for p in group["params"]]
         self._parameter_names = _parameter_names(named_parameters, all_params)
 
-        if groups is not None:
-            if isinstance(groups, list):
-                seen = set()
-                for group in groups:
-                    for p in group:
-                        if not isinstance(p, torch.Tensor):
-                            raise ValueError("groups must consist of torch.Tensor.")
-                        if id(p) in seen:
-                            raise ValueError("A parameter can only appear once in groups.")
-                        seen.add(id(p))
-            elif not isinstance(groups, int) or groups <= 0:
-                raise ValueError("groups should be a non-negative integer or "
-                                 "a list of list of torch.Tensor.")
+        # DistributedOptimizer() has checked that `groups` is a positive
+        # count or a list; what a list may hold is torch's to say.
+        if isinstance(groups, list):
+            seen = set()
+            for group in groups:
+                for p in group:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must consist of torch.Tensor.")
+                    if id(p) in seen:
+                        raise ValueError("A parameter can only appear once in groups.")
+                    seen.add(id(p))
         self._groups = groups
         self._bucket_bytes = _bucket_bytes() if groups is None else 0
         self._auto_groups = set()  # buckets made here (not by the user): sparse gradients leave them
@@ -252,12 +251,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # -- communication --------------------------------------------------------
 
     def _scale_factors(self):
-        if self.op == Average:
-            # Split the average into a division before the sum and the rest
-            # after it (the core divides by the set's size for Average), which
-            # keeps fp16 sums of many ranks from overflowing.
-            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
-        return 1.0, 1.0
+        return gradient_scale_factors(self.op, self.gradient_predivide_factor)
 
     def _prepare_grad(self, p):
         """The tensor to reduce for p's gradient, and whether the result replaces
@@ -598,13 +592,7 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     """
     # Checked before anything is built, so a bad configuration fails at
     # construction on every rank rather than inside a backward hook.
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if num_groups != 0:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` "
-                      "and will be removed in v0.23.0.", DeprecationWarning)
-        if groups is None:
-            groups = num_groups
+    groups = check_optimizer_options(op, gradient_predivide_factor, num_groups, groups)
     if op == Adasum and size() > 1:
         cls = type(optimizer.__class__.__name__, (_DistributedAdasumOptimizer, optimizer.__class__), {})
         return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, process_set)
