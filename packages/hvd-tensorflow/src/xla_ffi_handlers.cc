@@ -64,8 +64,6 @@ bool ToDLDataType(ffi::DataType t, DLDataType* out) {
 }
 
 // A DLTensor over an XLA buffer. XLA hands custom calls compact row-major
-
-// A DLTensor over an XLA buffer. XLA hands custom calls compact row-major
 // buffers (the kernels pin the default layout), so no strides are needed.
 struct DLView : HostTensor {
   absl::Status Init(const ffi::AnyBuffer& buf, std::string_view op_type) {
