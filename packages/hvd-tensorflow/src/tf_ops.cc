@@ -13,15 +13,17 @@
 // Python layer picks node names ("HorovodAllreduce_<tensor>") so that they
 // agree across ranks. Grouped ops add "_<i>" per tensor.
 //
-// Errors map to Horovod's TF statuses: ranks disagree or hvd.init() missing
-// -> FailedPrecondition; a dead peer or a shut-down engine -> Unknown, with
-// the op type first in the message (Horovod's elastic code looks for it);
-// bad input on this rank -> InvalidArgument.
+// Errors map to Horovod's TF statuses (StatusFromError in core_calls.h):
+// ranks disagree or hvd.init() missing -> FailedPrecondition; a dead peer or
+// a shut-down engine -> Unknown, with the op type first in the message
+// (Horovod's elastic code looks for it); bad input on this rank ->
+// InvalidArgument.
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core_calls.h"
 #include "hvd/c_api.h"
 #include "tensorflow/core/framework/op.h"  // REGISTER_OP
 #include "tensorflow/core/framework/op_kernel.h"  // OpKernel, AsyncOpKernel, REGISTER_KERNEL_BUILDER
@@ -44,7 +46,7 @@ using ::tensorflow::shape_inference::ShapeHandle;
 namespace errors = ::tensorflow::errors;
 
 // ---------------------------------------------------------------------------
-// Helpers: dtypes, errors, descriptors
+// Helpers: TF dtypes and tensors as the C ABI takes them
 
 bool to_dlpack(DataType t, DLDataType* out) {
   switch (t) {
@@ -63,57 +65,33 @@ bool to_dlpack(DataType t, DLDataType* out) {
   }
 }
 
-// Takes ownership of `e` (may be NULL).
+// Takes ownership of `e` (may be NULL). Horovod's messages: only an Unknown
+// status starts with the op type.
 absl::Status to_status(hvd_error* e, const std::string& op_type) {
-  if (e == nullptr) return absl::OkStatus();
-  size_t len = 0;
-  const char* msg = hvd_error_get_message(e, &len);
-  std::string text(msg, len);
-  hvd_error_code code = hvd_error_get_code(e);
-  hvd_error_destroy(e);
-  switch (code) {
-    case HVD_ERROR_PRECONDITION:
-    case HVD_ERROR_NOT_INITIALIZED:
-      return errors::FailedPrecondition(text);
-    case HVD_ERROR_INVALID_ARGUMENT:
-    case HVD_ERROR_DUPLICATE_NAME:
-    case HVD_ERROR_UNSUPPORTED:
-      return errors::InvalidArgument(text);
-    default:
-      return errors::Unknown(op_type, ": ", text);
-  }
+  return StatusFromError(e, op_type, OpTypePrefix::kUnknownOnly);
 }
 
 // A DLTensor over a TF tensor's buffer (compact row-major on the host).
 struct Descriptor {
-  DLTensor dl{};
-  std::vector<int64_t> shape;
+  HostTensor host;
 
   absl::Status describe(const Tensor& t) {
-    if (!to_dlpack(t.dtype(), &dl.dtype)) {
+    DLDataType dtype;
+    if (!to_dlpack(t.dtype(), &dtype)) {
       return errors::InvalidArgument("Horovod does not support tensors of type ",
                                      tensorflow::DataTypeString(t.dtype()));
     }
-    shape.resize(static_cast<size_t>(t.dims()));
-    for (int d = 0; d < t.dims(); ++d) shape[static_cast<size_t>(d)] = t.dim_size(d);
-    dl.data = const_cast<char*>(t.tensor_data().data());
-    dl.device = {kDLCPU, 0};
-    dl.ndim = static_cast<int32_t>(shape.size());
-    dl.shape = shape.data();
-    dl.strides = nullptr;
-    dl.byte_offset = 0;
+    std::vector<int64_t> dims(static_cast<size_t>(t.dims()));
+    for (int d = 0; d < t.dims(); ++d) dims[static_cast<size_t>(d)] = t.dim_size(d);
+    host.Set(const_cast<char*>(t.tensor_data().data()), dtype, dims.data(), dims.size());
     return absl::OkStatus();
   }
 };
 
 std::string op_name(OpKernelConstruction* c) {
-  std::string name = c->def().name();
   bool ignore_scope = false;
-  if (c->HasAttr("ignore_name_scope") && c->GetAttr("ignore_name_scope", &ignore_scope).ok() && ignore_scope) {
-    auto slash = name.find_last_of('/');
-    if (slash != std::string::npos) name = name.substr(slash + 1);
-  }
-  return name;
+  if (c->HasAttr("ignore_name_scope") && !c->GetAttr("ignore_name_scope", &ignore_scope).ok()) ignore_scope = false;
+  return EngineName(c->def().name(), ignore_scope);
 }
 
 // ---------------------------------------------------------------------------
@@ -219,7 +197,7 @@ class CollectiveOp : public AsyncOpKernel {
       call->outputs.emplace_back();
       TF_RETURN_IF_ERROR(call->outputs.back().describe(*out));
     }
-    call->names.push_back(count > 1 ? name_ + "_" + std::to_string(index) : name_);
+    call->names.push_back(MemberName(name_, static_cast<size_t>(index), static_cast<size_t>(count)));
     return absl::OkStatus();
   }
 
@@ -228,11 +206,8 @@ class CollectiveOp : public AsyncOpKernel {
     call->args.resize(call->inputs.size());
     for (size_t i = 0; i < call->inputs.size(); ++i) {
       hvd_tensor_args& a = call->args[i];
-      a = HVD_TENSOR_ARGS_INIT;
-      a.input = &call->inputs[i].dl;
-      a.output = i < call->outputs.size() ? &call->outputs[i].dl : nullptr;
-      a.name = call->names[i].data();
-      a.name_len = call->names[i].size();
+      a = TensorArgs(&call->inputs[i].host.tensor,
+                     i < call->outputs.size() ? &call->outputs[i].host.tensor : nullptr, call->names[i]);
       if (!call->splits.empty()) {
         a.splits = call->splits.data();
         a.num_splits = call->splits.size();

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
+from horovod.common.optimizer_options import check_optimizer_options, gradient_scale_factors
 from horovod.common.util import split_list
 from horovod.tensorflow.mpi_ops import Adasum, Average, global_process_set
 
@@ -76,16 +77,9 @@ class _GradientReducer:
 
     # -- communication -----------------------------------------------------------------------
 
-    def _scales(self):
-        if self.op == Average and self.gradient_predivide_factor != 1.0:
-            # Split the average around the sum: divide by f before, and by
-            # size/f after (the engine's Average divides by size itself).
-            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
-        return 1.0, 1.0
-
     def _reduce_graph(self, grads, variables):
         """Allreduces every non-None, non-local gradient; the same list back, in order."""
-        prescale, postscale = self._scales()
+        prescale, postscale = gradient_scale_factors(self.op, self.gradient_predivide_factor)
         common = dict(device_dense=self.device_dense, device_sparse=self.device_sparse,
                       compression=self.compression, op=self.op, prescale_factor=prescale,
                       postscale_factor=postscale, process_set=self.process_set)
@@ -313,7 +307,7 @@ def _distributed_class(base, family):
 
 def _check_arguments(op, gradient_predivide_factor, average_aggregated_gradients, num_groups, groups,
                      backward_passes_per_step):
-    groups = hvd._check_common_options(op, gradient_predivide_factor, num_groups, groups)
+    groups = check_optimizer_options(op, gradient_predivide_factor, num_groups, groups)
     if op == Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if backward_passes_per_step <= 0:

@@ -1,21 +1,16 @@
-// xla_ops.cc - Horovod collectives inside XLA programs
-// (tf.function(jit_compile=True)) on the CPU: tf2xla kernels that lower
-// HorovodAllreduce, HorovodAllgather, HorovodBroadcast, HorovodReducescatter
-// (and their grouped forms), HorovodBroadcastInplaceResource, HorovodAlltoall
-// and HorovodJoin to typed-FFI
-// custom calls, and the XLA FFI handlers ("Host" platform) that run those
-// custom calls through hvd-core's C ABI.
+// xla_tf2xla_kernels.cc - the compile-time half of Horovod's XLA support:
+// tf2xla kernels that lower HorovodAllreduce, HorovodAllgather,
+// HorovodBroadcast, HorovodReducescatter (and their grouped forms),
+// HorovodBroadcastInplaceResource, HorovodAlltoall and HorovodJoin inside
+// tf.function(jit_compile=True) to typed-FFI custom calls, which the
+// handlers of xla_ffi_handlers.cc run.
 //
 // The op definitions belong to libhvd_tensorflow.so, which mpi_ops loads
-// before this library; this file registers only XLA kernels and handlers.
+// before this library; this file registers only XLA kernels.
 //
-// Data flow: at compile time a kernel reads the node's attributes and emits
+// A kernel reads the node's attributes and emits
 //   custom-call(target="hvd_allreduce", backend_config={op_type = ..., name = ..., ...})
-// with has_side_effect, so XLA never merges or drops it. At run time XLA's
-// CPU runtime calls the handler with the operand/result buffers and the
-// attributes decoded from that dictionary; the handler enqueues one engine
-// collective (a group for the grouped ops) with HVD_ENQUEUE_CALLER_WAITS and
-// waits for it on the XLA thread, writing straight into XLA's result buffers.
+// with has_side_effect, so XLA never merges or drops it.
 //
 // Result shapes must be static. Reducescatter's block is computable locally.
 // Allgather's and alltoall's first dimensions depend on the other ranks, so
@@ -28,7 +23,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <memory>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -39,419 +33,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core_calls.h"
 #include "hvd/c_api.h"
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"  // XlaOpKernel
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"  // REGISTER_XLA_OP
-#include "xla/ffi/api/ffi.h"
 #include "xla/hlo/builder/xla_builder.h"
 #include "xla/shape_util.h"
+#include "xla_custom_calls.h"
 
-namespace xla::ffi {
-// Defined in xla/ffi/ffi_api.h (exported by libtensorflow_cc.so.2). That
-// header drags in XLA's HLO internals; the one declaration is all we need.
-const XLA_FFI_Api* GetXlaFfiApi();
-}  // namespace xla::ffi
-
-namespace hvd_tf_xla {
+namespace hvd_tf {
 namespace {
-
-namespace ffi = ::xla::ffi;
-
-// Custom-call targets; the kernels and the handlers below must agree.
-constexpr char kAllreduceTarget[] = "hvd_allreduce";
-constexpr char kReducescatterTarget[] = "hvd_reducescatter";
-constexpr char kAllgatherTarget[] = "hvd_allgather";
-constexpr char kBroadcastTarget[] = "hvd_broadcast";
-constexpr char kAlltoallTarget[] = "hvd_alltoall";
-constexpr char kJoinTarget[] = "hvd_join";
-
-// ---------------------------------------------------------------------------
-// Engine access
-// ---------------------------------------------------------------------------
-
-struct ErrorDeleter {
-  void operator()(hvd_error* e) const { hvd_error_destroy(e); }
-};
-using ErrorPtr = std::unique_ptr<hvd_error, ErrorDeleter>;
-
-struct HandleDeleter {
-  void operator()(hvd_handle* h) const { hvd_handle_release(h); }
-};
-using HandlePtr = std::unique_ptr<hvd_handle, HandleDeleter>;
-
-std::string ErrorMessage(const hvd_error* e) {
-  size_t len = 0;
-  const char* msg = hvd_error_get_message(e, &len);
-  return std::string(msg, len);
-}
-
-// The same classes the non-XLA kernels raise (see the contract): ranks
-// disagreeing or a missing hvd.init() -> FailedPrecondition, a dead peer or a
-// shut-down engine -> Unknown (Horovod's elastic code keys on it), a bad
-// argument on this rank -> InvalidArgument.
-absl::StatusCode StatusCodeFor(hvd_error_code code) {
-  switch (code) {
-    case HVD_ERROR_PRECONDITION:
-    case HVD_ERROR_NOT_INITIALIZED:
-      return absl::StatusCode::kFailedPrecondition;
-    case HVD_ERROR_INVALID_ARGUMENT:
-    case HVD_ERROR_DUPLICATE_NAME:
-    case HVD_ERROR_UNSUPPORTED:
-      return absl::StatusCode::kInvalidArgument;
-    default:
-      return absl::StatusCode::kUnknown;
-  }
-}
-
-// Every message starts with the op type, as the non-XLA kernels' messages do.
-absl::Status ToStatus(std::string_view op_type, const hvd_error* e) {
-  return absl::Status(StatusCodeFor(hvd_error_get_code(e)),
-                      absl::StrCat(op_type, ": ", ErrorMessage(e)));
-}
-
-ffi::Error ToFfiError(const absl::Status& s) {
-  return ffi::Error(static_cast<XLA_FFI_Error_Code>(s.code()), std::string(s.message()));
-}
-
-// XLA element types -> DLPack, for the dtypes the Horovod ops accept.
-bool ToDLDataType(ffi::DataType t, DLDataType* out) {
-  auto set = [&](uint8_t code, uint8_t bits) {
-    *out = DLDataType{code, bits, 1};
-    return true;
-  };
-  switch (t) {
-    case ffi::DataType::PRED: return set(kDLBool, 8);
-    case ffi::DataType::S8: return set(kDLInt, 8);
-    case ffi::DataType::S16: return set(kDLInt, 16);
-    case ffi::DataType::S32: return set(kDLInt, 32);
-    case ffi::DataType::S64: return set(kDLInt, 64);
-    case ffi::DataType::U8: return set(kDLUInt, 8);
-    case ffi::DataType::U16: return set(kDLUInt, 16);
-    case ffi::DataType::U32: return set(kDLUInt, 32);
-    case ffi::DataType::U64: return set(kDLUInt, 64);
-    case ffi::DataType::F16: return set(kDLFloat, 16);
-    case ffi::DataType::F32: return set(kDLFloat, 32);
-    case ffi::DataType::F64: return set(kDLFloat, 64);
-    case ffi::DataType::BF16: return set(kDLBfloat, 16);
-    default: return false;
-  }
-}
-
-// A DLTensor over an XLA buffer. XLA hands custom calls compact row-major
-// buffers (the kernels pin the default layout), so no strides are needed.
-struct DLView {
-  std::vector<int64_t> shape;
-  DLTensor tensor{};
-
-  absl::Status Init(const ffi::AnyBuffer& buf, std::string_view op_type) {
-    auto dims = buf.dimensions();
-    shape.assign(dims.begin(), dims.end());
-    if (!ToDLDataType(buf.element_type(), &tensor.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op_type, ": unsupported element type ", static_cast<int>(buf.element_type())));
-    }
-    tensor.data = buf.untyped_data();
-    tensor.device = DLDevice{kDLCPU, 0};
-    tensor.ndim = static_cast<int32_t>(shape.size());
-    tensor.shape = shape.data();
-    tensor.strides = nullptr;
-    tensor.byte_offset = 0;
-    return absl::OkStatus();
-  }
-};
-
-// What a completed collective reports besides its tensors, copied out of the
-// handle before it is released (the engine's arrays die with it).
-struct Outcome {
-  int32_t last_joined_rank = -1;          // join
-  std::vector<int64_t> received_splits;  // alltoall (tensor 0)
-};
-
-// Enqueues `args` and waits for it on this thread (which then drives the
-// engine itself: HVD_ENQUEUE_CALLER_WAITS).
-absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args, Outcome* outcome = nullptr) {
-  args->struct_size = HVD_ENQUEUE_ARGS_STRUCT_SIZE;
-  // root_rank is Horovod's global rank, also on process sets.
-  args->flags |= HVD_ENQUEUE_CALLER_WAITS | HVD_ENQUEUE_ROOT_RANK_GLOBAL;
-  hvd_handle* raw = nullptr;
-  if (ErrorPtr e{hvd_enqueue(args, &raw)}) return ToStatus(op_type, e.get());
-  HandlePtr handle(raw);
-  if (ErrorPtr e{hvd_handle_wait(handle.get(), -1.0)}) return ToStatus(op_type, e.get());
-  if (outcome != nullptr) {
-    hvd_result r = HVD_RESULT_INIT;
-    if (ErrorPtr e{hvd_handle_get_result(handle.get(), &r)}) return ToStatus(op_type, e.get());
-    outcome->last_joined_rank = r.last_joined_rank;
-    outcome->received_splits.assign(r.received_splits, r.received_splits + r.num_received_splits);
-  }
-  return absl::OkStatus();
-}
-
-hvd_tensor_args TensorArgs(const DLTensor* input, DLTensor* output, std::string_view name) {
-  hvd_tensor_args t = HVD_TENSOR_ARGS_INIT;
-  t.input = input;
-  t.output = output;
-  t.name = name.data();
-  t.name_len = name.size();
-  return t;
-}
-
-// ---------------------------------------------------------------------------
-// FFI handlers (run time)
-// ---------------------------------------------------------------------------
-
-// A group's members are "<name>_<i>" (a group of one keeps the plain name),
-// as the non-XLA kernels name them; the engine negotiates a group as one unit.
-std::string MemberName(std::string_view name, size_t i, size_t count) {
-  return count > 1 ? absl::StrCat(name, "_", i) : std::string(name);
-}
-
-// Where the engine puts results whose shape it negotiates (allgather,
-// alltoall, reducescatter): straight into XLA's result buffers, whose shapes were
-// fixed at compile time. If the negotiated shape differs (a rank changed a
-// first dimension and recompiled while another reused its program), the
-// allocation is refused and the call fails instead of writing past a buffer.
-struct ResultTargets {
-  struct Target {
-    void* data;
-    std::vector<int64_t> shape;
-  };
-  std::vector<Target> targets;
-  std::string mismatch;  // set by Alloc when a shape differs
-};
-
-int32_t AllocIntoTargets(void* ctx, size_t index, int32_t ndim, const int64_t* shape, DLDataType,
-                         void** data) {
-  auto* t = static_cast<ResultTargets*>(ctx);
-  if (index >= t->targets.size()) return 1;
-  const std::vector<int64_t>& expected = t->targets[index].shape;
-  std::vector<int64_t> got(shape, shape + ndim);
-  if (got != expected) {
-    t->mismatch = absl::StrCat("the negotiated result of tensor ", index, " has shape [", absl::StrJoin(got, ","),
-                               "] but this XLA program was compiled for [", absl::StrJoin(expected, ","),
-                               "]: a rank changed a first dimension without every rank recompiling");
-    return 1;
-  }
-  *data = t->targets[index].data;
-  return 0;
-}
-
-struct CollectiveAttrs {
-  std::string_view op_type;  // the TF op, for messages
-  std::string_view name;
-  int32_t collective = HVD_ALLREDUCE;
-  int32_t reduce_op = HVD_OP_SUM;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  int32_t root_rank = 0;
-  int32_t process_set_id = 0;
-  // Alltoall: rows sent to each rank, and the rows from each rank that the
-  // program was compiled for.
-  ffi::Span<const int64_t> splits;
-  ffi::Span<const int64_t> received_splits;
-};
-
-// Runs one (possibly grouped) collective over the custom call's operands and
-// results, pairwise.
-ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::RemainingRets outs) {
-  const size_t n = ins.size();
-  if (outs.size() != n || n == 0) {
-    return ffi::Error::InvalidArgument(
-        absl::StrCat(a.op_type, ": ", n, " operands but ", outs.size(), " results"));
-  }
-  const bool alltoall = a.collective == HVD_ALLTOALL;
-  const bool engine_allocates = alltoall || a.collective == HVD_ALLGATHER || a.collective == HVD_REDUCESCATTER;
-  std::vector<DLView> src(n), dst(n);
-  std::vector<std::string> names(n);
-  std::vector<hvd_tensor_args> tensors(n);
-  ResultTargets targets;
-  for (size_t i = 0; i < n; ++i) {
-    auto in = ins.get<ffi::AnyBuffer>(i);
-    auto out = outs.get<ffi::AnyBuffer>(i);
-    if (in.has_error()) return in.error();
-    if (out.has_error()) return out.error();
-    if (auto s = src[i].Init(*in, a.op_type); !s.ok()) return ToFfiError(s);
-    if (auto s = dst[i].Init(**out, a.op_type); !s.ok()) return ToFfiError(s);
-    names[i] = MemberName(a.name, i, n);
-    tensors[i] = TensorArgs(&src[i].tensor, engine_allocates ? nullptr : &dst[i].tensor, names[i]);
-    if (alltoall) {
-      tensors[i].splits = a.splits.begin();
-      tensors[i].num_splits = a.splits.size();
-    }
-    targets.targets.push_back({dst[i].tensor.data, dst[i].shape});
-  }
-  hvd_enqueue_args args{};
-  args.collective = a.collective;
-  args.process_set_id = a.process_set_id;
-  args.reduce_op = a.reduce_op;
-  args.prescale_factor = a.prescale;
-  args.postscale_factor = a.postscale;
-  args.root_rank = a.root_rank;
-  args.tensors = tensors.data();
-  args.num_tensors = n;
-  if (engine_allocates) {
-    args.alloc = &AllocIntoTargets;
-    args.alloc_ctx = &targets;
-  }
-  Outcome outcome;
-  absl::Status s = EnqueueAndWait(a.op_type, &args, alltoall ? &outcome : nullptr);
-  if (!targets.mismatch.empty()) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      absl::StrCat(a.op_type, ": '", a.name, "': ", targets.mismatch));
-  }
-  // received_splits is a compile-time constant of the program: rows may add
-  // up to the compiled total and still come from other ranks than compiled.
-  if (s.ok() && alltoall &&
-      outcome.received_splits != std::vector<int64_t>(a.received_splits.begin(), a.received_splits.end())) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      absl::StrCat(a.op_type, ": '", a.name, "': received splits [",
-                                   absl::StrJoin(outcome.received_splits, ","),
-                                   "] but this XLA program was compiled for [", absl::StrJoin(a.received_splits, ","),
-                                   "]: a rank changed its splits without every rank recompiling"));
-  }
-  return ToFfiError(s);
-}
-
-ffi::Error AllreduceImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
-                         std::string_view name, int32_t reduce_op, double prescale, double postscale,
-                         int32_t process_set_id) {
-  CollectiveAttrs a;
-  a.op_type = op_type;
-  a.name = name;
-  a.collective = HVD_ALLREDUCE;
-  a.reduce_op = reduce_op;
-  a.prescale = prescale;
-  a.postscale = postscale;
-  a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
-}
-
-ffi::Error ReducescatterImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
-                             std::string_view name, int32_t reduce_op, double prescale, double postscale,
-                             int32_t process_set_id) {
-  CollectiveAttrs a;
-  a.op_type = op_type;
-  a.name = name;
-  a.collective = HVD_REDUCESCATTER;
-  a.reduce_op = reduce_op;
-  a.prescale = prescale;
-  a.postscale = postscale;
-  a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
-}
-
-ffi::Error AllgatherImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
-                         std::string_view name, int32_t process_set_id) {
-  CollectiveAttrs a;
-  a.op_type = op_type;
-  a.name = name;
-  a.collective = HVD_ALLGATHER;
-  a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
-}
-
-ffi::Error BroadcastImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
-                         std::string_view name, int32_t root_rank, int32_t process_set_id) {
-  CollectiveAttrs a;
-  a.op_type = op_type;
-  a.name = name;
-  a.collective = HVD_BROADCAST;
-  a.root_rank = root_rank;
-  a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
-}
-
-ffi::Error AlltoallImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
-                        std::string_view name, int32_t process_set_id, ffi::Span<const int64_t> splits,
-                        ffi::Span<const int64_t> received_splits) {
-  CollectiveAttrs a;
-  a.op_type = op_type;
-  a.name = name;
-  a.collective = HVD_ALLTOALL;
-  a.process_set_id = process_set_id;
-  a.splits = splits;
-  a.received_splits = received_splits;
-  return RunCollective(a, ins, outs);
-}
-
-// Join carries no tensor (the engine names it); its one result is the last
-// rank to join.
-ffi::Error JoinImpl(ffi::ResultBufferR0<ffi::DataType::S32> out, std::string_view op_type, std::string_view,
-                    int32_t process_set_id) {
-  hvd_enqueue_args args{};
-  args.collective = HVD_JOIN;
-  args.process_set_id = process_set_id;
-  Outcome outcome;
-  if (auto s = EnqueueAndWait(op_type, &args, &outcome); !s.ok()) return ToFfiError(s);
-  *out->typed_data() = outcome.last_joined_rank;
-  return ffi::Error::Success();
-}
-
-XLA_FFI_DEFINE_HANDLER(kAllreduceHandler, AllreduceImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("reduce_op")
-                           .Attr<double>("prescale_factor")
-                           .Attr<double>("postscale_factor")
-                           .Attr<int32_t>("process_set_id"));
-
-XLA_FFI_DEFINE_HANDLER(kReducescatterHandler, ReducescatterImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("reduce_op")
-                           .Attr<double>("prescale_factor")
-                           .Attr<double>("postscale_factor")
-                           .Attr<int32_t>("process_set_id"));
-
-XLA_FFI_DEFINE_HANDLER(kAllgatherHandler, AllgatherImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("process_set_id"));
-
-XLA_FFI_DEFINE_HANDLER(kBroadcastHandler, BroadcastImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("root_rank")
-                           .Attr<int32_t>("process_set_id"));
-
-XLA_FFI_DEFINE_HANDLER(kAlltoallHandler, AlltoallImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("process_set_id")
-                           .Attr<ffi::Span<const int64_t>>("splits")
-                           .Attr<ffi::Span<const int64_t>>("received_splits"));
-
-XLA_FFI_DEFINE_HANDLER(kJoinHandler, JoinImpl,
-                       ffi::Ffi::Bind()
-                           .Ret<ffi::BufferR0<ffi::DataType::S32>>()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("process_set_id"));
-
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "Host", kAllreduceHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "Host", kReducescatterHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "Host", kAllgatherHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "Host", kBroadcastHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "Host", kAlltoallHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "Host", kJoinHandler);
-
-// ---------------------------------------------------------------------------
-// tf2xla kernels (compile time)
-// ---------------------------------------------------------------------------
 
 using tensorflow::OpKernelConstruction;
 using tensorflow::XlaOpKernel;
@@ -485,7 +76,9 @@ absl::Status ProcessSetInfo(std::string_view op_type, int64_t process_set_id, hv
   *info = hvd_process_set_info{};
   info->struct_size = HVD_PROCESS_SET_INFO_STRUCT_SIZE;
   info->process_set_id = static_cast<int32_t>(process_set_id);
-  if (ErrorPtr e{hvd_get_process_set_info(info)}) return ToStatus(op_type, e.get());
+  if (hvd_error* e = hvd_get_process_set_info(info)) {
+    return StatusFromError(e, op_type, OpTypePrefix::kEveryMessage);
+  }
   if (info->rank < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op_type, ": this rank is not a member of process set ", process_set_id));
@@ -578,16 +171,8 @@ class HorovodXlaOp : public XlaOpKernel {
   // ", key = value" pairs added to the custom call's attributes.
   virtual std::string ExtraAttributes() const { return ""; }
 
-  // The engine's tensor name: the node name, or its last '/' component with
-  // ignore_name_scope - the rule of the non-XLA kernels, so ranks match.
-  std::string TensorName() const {
-    std::string_view n = name();
-    if (ignore_name_scope_) {
-      auto slash = n.rfind('/');
-      if (slash != std::string_view::npos) n = n.substr(slash + 1);
-    }
-    return std::string(n);
-  }
+  // The engine's tensor name, by the non-XLA kernels' rule, so ranks match.
+  std::string TensorName() const { return EngineName(name(), ignore_name_scope_); }
 
   static constexpr char kEveryRankCompiles[] =
       "every rank of the process set must compile the function at the same call (input shapes and alltoall "
@@ -633,7 +218,7 @@ class HorovodXlaOp : public XlaOpKernel {
       tensors[i] = TensorArgs(&ins[i], nullptr, names[i]);
       targets.targets.push_back({(*rows)[i].data(), {static_cast<int64_t>(ranks), width}});
     }
-    hvd_enqueue_args args{};
+    hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
     args.collective = HVD_ALLGATHER;
     args.process_set_id = static_cast<int32_t>(process_set_id_);
     args.tensors = tensors.data();
@@ -955,4 +540,4 @@ REGISTER_XLA_OP(Name("HorovodAlltoall").CompileTimeConstantInput("splits"), Allt
 REGISTER_XLA_OP(Name("HorovodJoin"), JoinXlaOp);
 
 }  // namespace
-}  // namespace hvd_tf_xla
+}  // namespace hvd_tf
