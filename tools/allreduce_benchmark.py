@@ -160,7 +160,7 @@ def worker_hvd(spec):
             ccall = lambda: hvd.allreduce(buf, op=hvd.Sum, name=cname)  # noqa: E731
             _time_loop(ccall, warmup_for(iters))
             copy_results[size] = _time_loop(ccall, iters)
-        del buf
+        buf = None  # frees this size's array before the next one is allocated
     hvd.shutdown()
     return rank, {"results": results, "copy_results": copy_results}
 
@@ -186,7 +186,7 @@ def worker_gloo(spec):
         call = lambda: dist.all_reduce(buf, op=dist.ReduceOp.SUM)  # noqa: E731
         iters = _agreed_iters(_time_loop(call, warmup_for(planned)), planned, spec, agree_sum, size_p)
         results[size] = _time_loop(call, iters)
-        del buf
+        buf = None  # frees this size's array before the next one is allocated
     dist.destroy_process_group()
     return rank, {"results": results}
 
@@ -210,7 +210,7 @@ def worker_mpi(spec):
         call = lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # noqa: E731
         iters = _agreed_iters(_time_loop(call, warmup_for(planned)), planned, spec, agree_sum, size_p)
         results[size] = _time_loop(call, iters)
-        del buf
+        buf = None  # frees this size's array before the next one is allocated
     return rank, {"results": results}
 
 

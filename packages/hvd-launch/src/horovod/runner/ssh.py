@@ -61,7 +61,8 @@ def ssh_argv(host: str, remote_command: str, port: Optional[int] = None,
     if ssh is None:
         raise LaunchError("remote hosts need the OpenSSH client, but 'ssh' is not on PATH "
                           "(Debian/Ubuntu: apt-get install openssh-client)")
-    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(min(connect_timeout, CONNECT_TIMEOUT_CAP_SECONDS)))}",
+    connect_seconds = max(1, int(min(connect_timeout, CONNECT_TIMEOUT_CAP_SECONDS)))
+    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_seconds}",
             "-o", "StrictHostKeyChecking=no", "-o", "ServerAliveInterval=10",
             "-o", "ServerAliveCountMax=3"]
     if port is not None:

@@ -58,7 +58,8 @@ TUNING_FLAGS = (
                negations=("--no-hierarchical-allgather",)),
     TuningFlag("--torus-allreduce", "torus_allreduce", bool, "HOROVOD_TORUS_ALLREDUCE",
                ("params", "torus_allreduce"),
-               "2D torus allreduce over NCCL (no effect in hvd: NCCL picks its own algorithms across hosts).", _bool_env,
+               "2D torus allreduce over NCCL (no effect in hvd: NCCL picks its own algorithms across hosts).",
+               _bool_env,
                negations=("--no-torus-allreduce",)),
     TuningFlag("--autotune", "autotune", bool, "HOROVOD_AUTOTUNE", ("autotune", "enabled"),
                "Tune fusion threshold, cycle time and hierarchical modes while training "
