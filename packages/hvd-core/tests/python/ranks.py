@@ -27,6 +27,11 @@ def run_program_ok(size, target, timeout=60, **kwargs):
     return testing.run_program_ok(size, "rank_programs." + target, path=HERE, timeout=timeout, **kwargs)
 
 
+def single_process_argv(target):
+    """The command line that runs rank_programs.<target> in one process outside any job."""
+    return testing.program_argv("rank_programs." + target, path=HERE)
+
+
 def run(size, code, timeout=60, **kwargs):
     return testing.run(size, code, preamble=PREAMBLE, timeout=timeout, **kwargs)
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from horovod.common.rendezvous import RendezvousServer, make_secret
 
-__all__ = ["RankResult", "horovodrun", "rank_env", "report", "run", "run_ok", "run_program", "run_program_ok"]
+__all__ = ["RankResult", "horovodrun", "program_argv", "rank_env", "report", "run", "run_ok", "run_program",
+           "run_program_ok"]
 
 
 @dataclass
@@ -136,6 +137,14 @@ def _run_rank_function(target, kwargs_json):
     result = function(**json.loads(kwargs_json))
     if result is not None:
         report(result)
+
+
+def program_argv(target, path=None, kwargs=None):
+    """The command line that runs the function `target` (as run_program() does) in one plain process.
+
+    For tests of a process outside any job (no rank environment, no store).
+    """
+    return [sys.executable, "-c", _program_script(target, path, kwargs)]
 
 
 def run_program(size, target, path=None, kwargs=None, **run_kwargs):
