@@ -75,7 +75,7 @@ def test_the_launchers_machine_with_remote_hosts(fake_hosts):
 
 
 @pytest.mark.mpi
-def test_horovodrun_mpi_across_hosts(mpi_bin, fake_hosts, request):
+def test_horovodrun_mpi_across_hosts_runs_every_collective(mpi_bin, fake_hosts, request):
     fake_hosts(2)
     env = mpi_env(mpi_bin, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                   HVD_TEST_FORWARD_SETTING="over mpi")

@@ -49,7 +49,7 @@ def _rows(stdout):
 
 
 @pytest.mark.parametrize("num_proc", [1, 2, 4])
-def test_local_ranks_allreduce(num_proc):
+def test_local_ranks_get_their_ids_and_allreduce(num_proc):
     result = horovodrun("-np", num_proc, sys.executable, *ALLREDUCE, timeout=120)
     assert result.returncode == 0, result.stderr
     expected_sum = num_proc * (num_proc + 1) / 2
@@ -58,7 +58,7 @@ def test_local_ranks_allreduce(num_proc):
 
 
 @pytest.mark.ssh
-def test_two_host_job_allreduces_across_ssh(sshd):
+def test_two_host_job_over_ssh_gets_host_ranks_and_allreduces(sshd):
     result = horovodrun("-np", 4, "-H", "localhost:2,127.0.0.2:2", "-p", sshd.port,
                         "-i", sshd.identity_file, sys.executable, *ALLREDUCE,
                         env=sshd.env(), timeout=120)
@@ -69,7 +69,7 @@ def test_two_host_job_allreduces_across_ssh(sshd):
 
 
 @pytest.mark.mpi
-def test_mpi_job_allreduces(mpi_bin):
+def test_mpi_job_ranks_get_their_ids_and_allreduce(mpi_bin):
     result = horovodrun("--mpi", "-np", 2, sys.executable, *ALLREDUCE, env=mpi_env(mpi_bin),
                         timeout=120)
     assert result.returncode == 0, result.stderr
@@ -86,7 +86,7 @@ def allreduce_rank():
         hvd.shutdown()
 
 
-def test_horovod_run_with_collectives(monkeypatch):
+def test_horovod_run_returns_each_ranks_allreduce_result(monkeypatch):
     for name, value in base_env().items():
         monkeypatch.setenv(name, value)
     assert horovod.runner.run(allreduce_rank, num_proc=3) == [(3.0, 0), (3.0, 1), (3.0, 2)]
@@ -100,7 +100,7 @@ def test_rank_killed_mid_job_ends_the_job_naming_it():
 
 
 @pytest.mark.mpi
-def test_plain_mpirun_without_horovodrun(mpi_bin):
+def test_plain_mpirun_without_horovodrun_runs_an_allreduce(mpi_bin):
     env = mpi_env(mpi_bin, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     argv = [os.path.join(mpi_bin, "mpirun"), "-np", "2"]
     if "Open MPI" in subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout:

@@ -186,7 +186,7 @@ def test_unknown_cpu_operations_and_missing_mpi_library_are_clear_errors(tmp_pat
 
 
 @pytest.mark.mpi
-def test_training_example_over_mpi(mpi_bin):
+def test_training_example_over_mpi_ends_with_identical_replicas(mpi_bin):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "numpy",
                           "train_logistic_regression.py")
     result = horovodrun("--mpi", "-np", 2, sys.executable, script, "--epochs", "3",

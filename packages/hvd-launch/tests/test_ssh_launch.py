@@ -51,7 +51,7 @@ def test_two_host_job_places_ranks_and_forwards_environment(sshd, tmp_path):
     assert len({env["HOROVOD_SECRET_KEY"] for env in envs.values()}) == 1
 
 
-def test_hostfile_job_over_ssh(sshd, tmp_path):
+def test_hostfile_job_over_ssh_places_one_rank_per_host(sshd, tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("localhost slots=1\n127.0.0.2 slots=1\n")
     result = horovodrun("-hostfile", hostfile, *_ssh_args(sshd), sys.executable, "-c", PRINT_ENV,
