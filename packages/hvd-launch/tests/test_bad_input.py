@@ -111,7 +111,7 @@ def test_mpirun_that_is_neither_flavour_is_refused(tmp_path):
     _fails_fast("--mpi", "-np", 1, "true", code=1, match="is neither Open MPI nor MPICH", env=env)
 
 
-def test_unreachable_host_refusing_connections():
+def test_host_refusing_ssh_connections_fails_naming_host_and_port():
     port = free_port()  # nothing listens there
     _fails_fast("-np", 1, "-H", "127.0.0.2:1", "-p", port, "true", code=1,
                 match=f"cannot ssh to host '127.0.0.2' port {port}")
@@ -147,7 +147,7 @@ def test_command_that_does_not_exist_fails_its_rank():
     assert "cannot start '/no/such/program'" in result.stderr
 
 
-def test_output_filename_that_cannot_be_created(tmp_path):
+def test_output_filename_that_cannot_be_created_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     _fails_fast("-np", 1, "--output-filename", blocker, "true", code=2, match="cannot create")

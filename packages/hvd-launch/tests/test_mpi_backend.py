@@ -153,7 +153,7 @@ def _check(reports):
 
 
 @pytest.mark.mpi
-def test_collectives_over_mpi_with_horovodrun(mpi_bin):
+def test_collectives_over_mpi_with_horovodrun_give_the_expected_results(mpi_bin):
     result = horovodrun("--mpi", "-np", 3, sys.executable, "-c", BATTERY,
                         env=mpi_env(mpi_bin, HOROVOD_CPU_OPERATIONS="mpi", HVD_TEST_TAG="hr"), timeout=180)
     assert result.returncode == 0, result.stderr
@@ -161,7 +161,7 @@ def test_collectives_over_mpi_with_horovodrun(mpi_bin):
 
 
 @pytest.mark.mpi
-def test_collectives_over_mpi_with_plain_mpirun(mpi_bin):
+def test_collectives_over_mpi_with_plain_mpirun_give_the_expected_results(mpi_bin):
     env = mpi_env(mpi_bin, HOROVOD_CPU_OPERATIONS="MPI", HVD_TEST_TAG="plain",
                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     argv = [os.path.join(mpi_bin, "mpirun"), "-np", "2"]

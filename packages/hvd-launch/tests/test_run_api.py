@@ -104,7 +104,7 @@ def test_np_is_accepted_and_defaults_to_one():
     assert horovod.runner.run(rank_times, args=(1,), np=2) == [0, 1]
 
 
-def test_horovod_run_is_horovod_runner_run():
+def test_horovod_run_is_horovod_runner_run_and_returns_results_in_rank_order():
     import horovod
     if not hasattr(horovod, "__file__") or horovod.__file__ is None:
         pytest.skip("hvd-core's horovod/__init__.py (which exposes horovod.run) is not present")

@@ -44,7 +44,7 @@ def test_two_hosts_with_two_ranks_each_run_hierarchical_collectives(tmp_path):
            [[0, 2, 0, 2, True], [1, 2, 0, 2, True], [0, 2, 1, 2, True], [1, 2, 1, 2, True]])
 
 
-def test_heterogeneous_hosts_use_flat_tcp(tmp_path):
+def test_hosts_with_different_rank_counts_use_flat_tcp(tmp_path):
     # Hierarchical collectives need the same number of ranks on every host.
     hosts = ["hostA", "hostA", "hostB"]
     _check(_run(tmp_path, 3, "TCP", hosts=hosts),
