@@ -1,5 +1,5 @@
-"""A rank of test_failure_propagation.py: starts a grandchild, records both pids, then
-does what its action says, so the test can check that nothing outlives the job.
+"""A rank of test_failure_propagation.py and test_ssh_launch.py: starts a grandchild, records
+both pids, then does what its action says, so the test can check that nothing outlives the job.
 
     python pid_recording_worker.py DIR [--stagger S] [RANK=ACTION ...]
 
