@@ -150,7 +150,7 @@ def program_argv(target, path=None, kwargs=None):
 def run_program(size, target, path=None, kwargs=None, **run_kwargs):
     """Runs the function `target` ("package.module:function") as `size` ranks; like run().
 
-    The module is imported from `path` (default: the current directory), the
+    The module is imported from `path` (default: this process's working directory), the
     function is called with `kwargs` (JSON-serialisable) and, when it returns
     something other than None, its value is report()ed. Other arguments are
     run()'s (timeout, hosts, env, rank_env_overrides, kill_when_done, cwd).
