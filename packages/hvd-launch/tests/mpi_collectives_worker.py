@@ -3,18 +3,18 @@ checked against a numpy reference computed from all ranks' deterministic inputs.
 
     python mpi_collectives_worker.py
 
-Reports one JSON line (in one write(2), as ranks may share a pipe under a plain
-mpirun) naming each check and whether it held; rank 0 adds whether its timeline shows
+Reports one JSON line (testing.report: one write(2), as ranks may share a pipe under a
+plain mpirun) naming each check and whether it held; rank 0 adds whether its timeline shows
 MPI activity. HVD_TEST_TAG tells concurrent runs' timeline files apart.
 """
 
-import json
 import os
 import tempfile
 
 import numpy as np
 
 import horovod.common as hvd
+from horovod.common import testing
 
 
 def main():
@@ -120,7 +120,7 @@ def main():
             text = f.read()
         out["timeline_mpi"] = "MPI_ALLREDUCE" in text and "MPI_ALLGATHER" in text
         os.unlink(timeline)
-    os.write(1, (json.dumps(out) + "\n").encode())
+    testing.report(out)
 
 
 if __name__ == "__main__":

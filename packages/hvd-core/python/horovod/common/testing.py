@@ -40,12 +40,16 @@ class RankResult:
 
 
 def report(value):
-    """Prints `value` as one JSON line on stdout, flushed: what run_ok() hands back for this rank.
+    """Writes `value` as one JSON line on stdout: what run_ok() hands back for this rank.
 
     A rank calls it last (run_program() calls it with the rank function's
-    return value); earlier lines are ignored by RankResult.last_json().
+    return value); earlier lines are ignored by RankResult.last_json(). The
+    line goes out in a single write(2) after whatever print() buffered, so
+    ranks that share one pipe (as under a plain mpirun) do not interleave
+    their reports.
     """
-    print(json.dumps(value), flush=True)
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (json.dumps(value) + "\n").encode())
 
 
 def rank_env(rank, size, port, secret, hosts=None, extra=None):
