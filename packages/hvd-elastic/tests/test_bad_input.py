@@ -1,22 +1,18 @@
 """Elastic flags that cannot work are refused at once, naming what is wrong, before any
 worker starts."""
 
-import subprocess
-import sys
-
 import pytest
 
 from elastic_harness import base_env
+from horovod.common import testing
 
 
 def _horovodrun(tmp_path, *args):
     script = tmp_path / "discover.sh"
     script.write_text("#!/bin/sh\necho localhost:2\n")
     script.chmod(0o755)
-    argv = [sys.executable, "-m", "horovod.runner", *[str(a).replace("DISCOVER", str(script)) for a in args],
-            "true"]
-    return subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL)
+    return testing.horovodrun(*[str(a).replace("DISCOVER", str(script)) for a in args], "true", env=base_env(),
+                              timeout=30)
 
 
 @pytest.mark.parametrize("args,match", [

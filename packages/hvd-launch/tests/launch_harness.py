@@ -39,6 +39,8 @@ for _path in reversed(_EXTRA_PATHS):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from horovod.common import testing  # noqa: E402 (needs the paths above when not installed)
+
 
 def base_env(**overrides):
     """Returns an environment for launcher subprocesses that can import the packages."""
@@ -55,10 +57,9 @@ def base_env(**overrides):
 
 
 def horovodrun(*args, env=None, timeout=60, cwd=None, **popen_kwargs):
-    """Runs ``python -m horovod.runner ARGS`` and returns the CompletedProcess (text output)."""
-    return subprocess.run([sys.executable, "-m", "horovod.runner", *map(str, args)],
-                          env=env or base_env(), capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL, **popen_kwargs)
+    """Runs ``python -m horovod.runner ARGS`` (horovod.common.testing.horovodrun) in
+    ``base_env()`` unless ``env`` is given; returns the CompletedProcess (text output)."""
+    return testing.horovodrun(*args, env=env or base_env(), timeout=timeout, cwd=cwd, **popen_kwargs)
 
 
 def pid_alive(pid):

@@ -66,7 +66,7 @@ def test_three_hosts_with_uneven_slots_from_a_hostfile(fake_hosts, tmp_path):
     assert [r["host"] for r in _reports(result, 4)] == ["fh1", "fh1", "fh2", "fh3"]
 
 
-def test_the_launchers_machine_with_remote_hosts(fake_hosts):
+def test_the_launchers_machine_runs_a_rank_beside_remote_hosts(fake_hosts):
     fake_hosts(2)
     result = _run(["-np", 3, "-H", "localhost:1,fh1:1,fh2:1", sys.executable, WORKER])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -75,7 +75,7 @@ def test_the_launchers_machine_with_remote_hosts(fake_hosts):
 
 
 @pytest.mark.mpi
-def test_horovodrun_mpi_across_hosts(mpi_bin, fake_hosts, request):
+def test_horovodrun_mpi_across_hosts_runs_every_collective(mpi_bin, fake_hosts, request):
     fake_hosts(2)
     env = mpi_env(mpi_bin, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                   HVD_TEST_FORWARD_SETTING="over mpi")

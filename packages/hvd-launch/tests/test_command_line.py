@@ -154,7 +154,7 @@ def test_launcher_flags_without_effect_say_so(capsys):
     assert _inert_flag_notices(_resolve(["--gloo", "echo"])) == []
 
 
-def test_config_file_controller_and_timestamp_keys(tmp_path):
+def test_config_file_controller_and_timestamp_keys_set_options_and_other_controllers_are_refused(tmp_path):
     path = tmp_path / "hvd.yaml"
     path.write_text("controller: mpi\nlogging:\n  with_timestamp: false\n")
     assert load_config_file(str(path)) == {"use_mpi": True, "log_hide_timestamp": True}

@@ -115,7 +115,7 @@ def test_host_helpers_parse_and_assign_as_horovod(tmp_path):
         hosts.get_host_assignments(parsed, min_num_proc=4)
 
 
-def test_mpi_run_queries_without_mpirun(monkeypatch, tmp_path):
+def test_mpi_run_queries_answer_false_without_mpirun(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert not mpi_available() and not is_open_mpi() and not is_mpich()
 

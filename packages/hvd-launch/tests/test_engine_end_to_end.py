@@ -13,20 +13,9 @@ from launch_harness import base_env, horovodrun, mpi_env
 
 pytestmark = pytest.mark.engine
 
-# Each rank reports in one write(2) of less than PIPE_BUF bytes: under a plain
-# mpirun (MPICH) all ranks share one stdout pipe, and print()'s separate
-# writes of text and newline can interleave between ranks.
-ALLREDUCE = """
-import os
-import numpy as np
-import horovod.common as hvd
-hvd.init()
-total = hvd.allreduce(np.array([hvd.rank() + 1.0]), op=hvd.Sum)
-line = " ".join(str(v) for v in (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(),
-                                  hvd.cross_size(), float(total[0])))
-os.write(1, (line + "\\n").encode())
-hvd.shutdown()
-"""
+# What the ranks run (engine_worker.py ALLREDUCE reports one line per rank).
+ENGINE_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_worker.py")
+ALLREDUCE = [ENGINE_WORKER, "allreduce"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,8 +49,8 @@ def _rows(stdout):
 
 
 @pytest.mark.parametrize("num_proc", [1, 2, 4])
-def test_local_ranks_allreduce(num_proc):
-    result = horovodrun("-np", num_proc, sys.executable, "-c", ALLREDUCE, timeout=120)
+def test_local_ranks_get_their_ids_and_allreduce(num_proc):
+    result = horovodrun("-np", num_proc, sys.executable, *ALLREDUCE, timeout=120)
     assert result.returncode == 0, result.stderr
     expected_sum = num_proc * (num_proc + 1) / 2
     assert _rows(result.stdout) == {
@@ -69,9 +58,9 @@ def test_local_ranks_allreduce(num_proc):
 
 
 @pytest.mark.ssh
-def test_two_host_job_allreduces_across_ssh(sshd):
+def test_two_host_job_over_ssh_gets_host_ranks_and_allreduces(sshd):
     result = horovodrun("-np", 4, "-H", "localhost:2,127.0.0.2:2", "-p", sshd.port,
-                        "-i", sshd.identity_file, sys.executable, "-c", ALLREDUCE,
+                        "-i", sshd.identity_file, sys.executable, *ALLREDUCE,
                         env=sshd.env(), timeout=120)
     assert result.returncode == 0, result.stderr
     assert _rows(result.stdout) == {
@@ -80,8 +69,8 @@ def test_two_host_job_allreduces_across_ssh(sshd):
 
 
 @pytest.mark.mpi
-def test_mpi_job_allreduces(mpi_bin):
-    result = horovodrun("--mpi", "-np", 2, sys.executable, "-c", ALLREDUCE, env=mpi_env(mpi_bin),
+def test_mpi_job_ranks_get_their_ids_and_allreduce(mpi_bin):
+    result = horovodrun("--mpi", "-np", 2, sys.executable, *ALLREDUCE, env=mpi_env(mpi_bin),
                         timeout=120)
     assert result.returncode == 0, result.stderr
     assert _rows(result.stdout) == {0: [2, 0, 2, 0, 1, 3.0], 1: [2, 1, 2, 0, 1, 3.0]}
@@ -97,40 +86,26 @@ def allreduce_rank():
         hvd.shutdown()
 
 
-def test_horovod_run_with_collectives(monkeypatch):
+def test_horovod_run_returns_each_ranks_allreduce_result(monkeypatch):
     for name, value in base_env().items():
         monkeypatch.setenv(name, value)
     assert horovod.runner.run(allreduce_rank, num_proc=3) == [(3.0, 0), (3.0, 1), (3.0, 2)]
 
 
-KILLED_MID_JOB = """
-import os, signal, time
-import numpy as np
-import horovod.common as hvd
-hvd.init()
-hvd.allreduce(np.ones(4), op=hvd.Sum)
-if hvd.rank() == 1:
-    os.kill(os.getpid(), signal.SIGKILL)
-while True:
-    hvd.allreduce(np.ones(4), op=hvd.Sum)
-    time.sleep(0.01)
-"""
-
-
 def test_rank_killed_mid_job_ends_the_job_naming_it():
-    result = horovodrun("-np", 3, sys.executable, "-c", KILLED_MID_JOB, timeout=120,
+    result = horovodrun("-np", 3, sys.executable, ENGINE_WORKER, "killed-mid-job", timeout=120,
                         env=base_env(HOROVOD_GLOO_TIMEOUT_SECONDS="5"))
     assert result.returncode == 137, result.stderr
     assert "job failed: rank 1 (host localhost, local rank 1) was killed by signal 9" in result.stderr
 
 
 @pytest.mark.mpi
-def test_plain_mpirun_without_horovodrun(mpi_bin):
+def test_plain_mpirun_without_horovodrun_runs_an_allreduce(mpi_bin):
     env = mpi_env(mpi_bin, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     argv = [os.path.join(mpi_bin, "mpirun"), "-np", "2"]
     if "Open MPI" in subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout:
         argv.append("--oversubscribe")
-    result = subprocess.run(argv + [sys.executable, "-c", ALLREDUCE], env=env, capture_output=True,
+    result = subprocess.run(argv + [sys.executable, *ALLREDUCE], env=env, capture_output=True,
                             text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     rows = sorted(line.split() for line in result.stdout.splitlines())

@@ -8,27 +8,10 @@ import time
 
 from launch_harness import base_env, horovodrun, pid_alive, wait_until
 
-# Each worker starts a grandchild, records both pids, then does what ACTION says.
-WORKER = """
-import os, signal, subprocess, sys, time
-rank = int(os.environ["HOROVOD_RANK"])
-child = subprocess.Popen(["sleep", "300"])
-with open(os.path.join(sys.argv[1], "pids.%d" % rank), "w") as f:
-    f.write("%d %d" % (os.getpid(), child.pid))
-action = dict(a.split("=") for a in sys.argv[2:]).get(str(rank), "sleep")
-if action == "freeze-guard":
-    os.kill(os.getppid(), signal.SIGSTOP)  # the guard can no longer stop this rank
-time.sleep(0.5)
-if action.startswith("exit"):
-    sys.exit(int(action[4:]))
-if action == "kill":
-    os.kill(os.getpid(), signal.SIGKILL)
-if action == "ignore-term":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-if action == "done":
-    sys.exit(0)
-time.sleep(300)
-"""
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Each worker starts a grandchild, records both pids, then does what its action says.
+WORKER = os.path.join(HERE, "pid_recording_worker.py")
+ENGINE_WORKER = os.path.join(HERE, "engine_worker.py")
 
 
 def _recorded_pids(directory, num_proc):
@@ -51,7 +34,7 @@ def _assert_no_survivors(directory, num_proc):
 
 def test_rank_exit_code_stops_the_job_and_is_reported(tmp_path):
     start = time.monotonic()
-    result = horovodrun("-np", 3, sys.executable, "-c", WORKER, tmp_path, "1=exit3")
+    result = horovodrun("-np", 3, sys.executable, WORKER, tmp_path, "1=exit3")
     assert time.monotonic() - start < 30
     assert result.returncode == 3
     assert "rank 1 (host localhost, local rank 1) exited with code 3" in result.stderr
@@ -62,31 +45,28 @@ def test_rank_exit_code_stops_the_job_and_is_reported(tmp_path):
 def test_a_guard_that_cannot_stop_its_rank_leaves_nothing_behind(tmp_path):
     # The launcher's last resort after the grace period kills the guard and
     # the rank's own process group with it.
-    result = horovodrun("-np", 2, sys.executable, "-c", WORKER, tmp_path, "0=freeze-guard", "1=exit3",
+    result = horovodrun("-np", 2, sys.executable, WORKER, tmp_path, "0=freeze-guard", "1=exit3",
                         timeout=60)
     assert result.returncode == 3, result.stderr
     _assert_no_survivors(tmp_path, 2)
 
 
 def test_killed_rank_is_reported_with_its_signal(tmp_path):
-    result = horovodrun("-np", 2, sys.executable, "-c", WORKER, tmp_path, "0=kill")
+    result = horovodrun("-np", 2, sys.executable, WORKER, tmp_path, "0=kill")
     assert result.returncode == 128 + signal.SIGKILL
     assert "rank 0 (host localhost, local rank 0) was killed by signal 9 (SIGKILL)" in result.stderr
     _assert_no_survivors(tmp_path, 2)
 
 
 def test_first_failure_is_named_when_several_ranks_fail(tmp_path):
-    worker = WORKER.replace("time.sleep(0.5)", "time.sleep(0.5 + rank * 3)")
-    result = horovodrun("-np", 3, sys.executable, "-c", worker, tmp_path, "1=exit4", "2=exit5")
+    result = horovodrun("-np", 3, sys.executable, WORKER, tmp_path, "--stagger", 3, "1=exit4", "2=exit5")
     assert result.returncode == 4
     assert "job failed: rank 1" in result.stderr
 
 
 def test_rank_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     start = time.monotonic()
-    result = horovodrun("-np", 2, sys.executable, "-c",
-                        WORKER.replace("time.sleep(0.5)\n", "time.sleep(0.5 + rank * 2)\n"),
-                        tmp_path, "0=ignore-term", "1=exit2",
+    result = horovodrun("-np", 2, sys.executable, WORKER, tmp_path, "--stagger", 2, "0=ignore-term", "1=exit2",
                         env=base_env(HVDRUN_KILL_GRACE_SECONDS="1"))
     assert result.returncode == 2
     assert time.monotonic() - start < 25
@@ -94,7 +74,7 @@ def test_rank_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
 
 
 def test_successful_job_waits_for_every_rank_and_cleans_up_leftovers(tmp_path):
-    result = horovodrun("-np", 2, sys.executable, "-c", WORKER, tmp_path, "0=done", "1=done")
+    result = horovodrun("-np", 2, sys.executable, WORKER, tmp_path, "0=done", "1=done")
     assert result.returncode == 0, result.stderr
     # The grandchildren ("sleep 300") went with their ranks.
     _assert_no_survivors(tmp_path, 2)
@@ -102,7 +82,7 @@ def test_successful_job_waits_for_every_rank_and_cleans_up_leftovers(tmp_path):
 
 def _start_job(tmp_path, num_proc):
     process = subprocess.Popen(
-        [sys.executable, "-m", "horovod.runner", "-np", str(num_proc), sys.executable, "-c", WORKER,
+        [sys.executable, "-m", "horovod.runner", "-np", str(num_proc), sys.executable, WORKER,
          str(tmp_path)], env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert wait_until(lambda: _all_recorded(tmp_path, num_proc), timeout=20)
     return process
@@ -135,25 +115,9 @@ def test_killed_launcher_leaves_no_orphans(tmp_path):
         f"still running: {[p for p in pids if pid_alive(p)]}"
 
 
-FROZEN_WORKER = """
-import os, signal, sys, time
-import numpy as np
-import horovod.common as hvd
-hvd.init()
-hvd.allreduce(np.ones(1, np.float32), name="before")
-if hvd.rank() == 1:
-    os.kill(os.getpid(), signal.SIGSTOP)  # frozen: alive, but silent
-try:
-    hvd.allreduce(np.ones(1, np.float32), name="after")
-except hvd.HorovodInternalError as e:
-    print("rank 0 saw:", e)
-sys.exit(0)  # rank 0 ends normally: only the frozen rank is left
-"""
-
-
 def test_static_job_with_a_frozen_rank_ends_naming_it():
     start = time.monotonic()
-    result = horovodrun("-np", 2, sys.executable, "-c", FROZEN_WORKER, timeout=60,
+    result = horovodrun("-np", 2, sys.executable, ENGINE_WORKER, "frozen-rank-1", timeout=60,
                         env=base_env(HOROVOD_PEER_TIMEOUT_SECONDS="3"))
     elapsed = time.monotonic() - start
     assert result.returncode != 0, result.stderr
@@ -162,23 +126,11 @@ def test_static_job_with_a_frozen_rank_ends_naming_it():
     assert "job failed: rank 1" in result.stderr, result.stderr
 
 
-RING_WITH_A_FROZEN_RANK = """
-import os, signal
-import numpy as np
-import horovod.common as hvd
-hvd.init()
-hvd.allreduce(np.ones(1 << 16, np.float32), name="before")
-if hvd.rank() == 2:
-    os.kill(os.getpid(), signal.SIGSTOP)
-hvd.allreduce(np.ones(1 << 16, np.float32), name="after")  # the others fail here, and exit 1
-"""
-
-
 def test_static_job_names_the_frozen_rank_not_the_neighbours_that_timed_out_waiting_for_it():
     # In a ring rank 1 waits on rank 2 and rank 0 on rank 1: both report a
     # timeout and exit with an error, but only rank 2 stopped.
     start = time.monotonic()
-    result = horovodrun("-np", 3, sys.executable, "-c", RING_WITH_A_FROZEN_RANK, timeout=60,
+    result = horovodrun("-np", 3, sys.executable, ENGINE_WORKER, "ring-with-rank-2-frozen", timeout=60,
                         env=base_env(HOROVOD_PEER_TIMEOUT_SECONDS="3"))
     assert result.returncode != 0, result.stderr
     assert time.monotonic() - start < 30

@@ -98,7 +98,7 @@ def test_output_lines_are_prefixed_with_rank_and_stream():
     assert "[1]<stderr>:err 1" in result.stderr.splitlines()
 
 
-def test_timestamp_prefix():
+def test_timestamp_prefix_precedes_each_rank_line():
     result = horovodrun("-np", 1, "--prefix-output-with-timestamp", sys.executable, "-c", "print('hi')")
     assert result.returncode == 0, result.stderr
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} \[0\]<stdout>:hi\n", result.stdout)
@@ -126,7 +126,7 @@ def test_hvdrun_and_horovodrun_scripts_are_installed():
         assert result.stdout == "[0]<stdout>:ok\n", result.stderr
 
 
-def test_version_flag():
+def test_version_flag_prints_only_the_version():
     result = horovodrun("--version")
     assert result.returncode == 0
     assert re.fullmatch(r"\d+\.\d+\.\d+.*\n", result.stdout)

@@ -66,7 +66,7 @@ def test_mpirun_failure_names_the_rank_and_stops_the_job(mpi_bin):
     assert result.returncode == 3
 
 
-def test_mpirun_output_filename(mpi_bin, tmp_path):
+def test_mpirun_output_filename_writes_each_ranks_stdout(mpi_bin, tmp_path):
     result = horovodrun("--mpi", "-np", 2, "--output-filename", tmp_path / "out",
                         sys.executable, "-c", "print('hi')", env=mpi_env(mpi_bin))
     assert result.returncode == 0, result.stderr

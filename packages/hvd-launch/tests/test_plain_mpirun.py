@@ -16,19 +16,9 @@ import pytest
 
 from launch_harness import mpi_env
 
-REPORT = r"""
-import json, os, socket, numpy as np, horovod.common as hvd
-hvd.init()
-r = hvd.rank()
-out = {"rank": r, "size": hvd.size(), "host": socket.gethostname(), "local": [hvd.local_rank(), hvd.local_size()],
-       "store": os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], "sum": hvd.allreduce(np.full(3, float(r)), op=hvd.Sum).tolist(),
-       "gather": hvd.allgather(np.array([r])).tolist(), "horovod_rank_set": "HOROVOD_RANK" in os.environ}
-hvd.shutdown()
-hvd.init()  # a re-init reuses what the first one learnt: no second exchange
-out["after_reinit"] = hvd.allreduce(np.ones(1), op=hvd.Sum).tolist()
-# One write(2) below PIPE_BUF: MPICH's ranks share one stdout pipe.
-os.write(1, ("REPORT " + json.dumps(out) + "\n").encode())
-"""
+# What the ranks run (one "REPORT {json}" line each); the start-up checks only init.
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_mpirun_worker.py")
+INIT_ONLY = "import horovod.common as hvd\nhvd.init()\n"
 
 
 def _reports(stdout, size):
@@ -41,8 +31,6 @@ def _reports(stdout, size):
 def test_plain_mpirun_across_two_hosts_bootstraps_through_mpi(mpi_bin, fake_hosts, request, tmp_path):
     flavour = request.node.callspec.params["mpi_bin"]
     fake_hosts(2, "--decoy")
-    script = tmp_path / "report.py"
-    script.write_text(REPORT)
     mpirun = os.path.join(mpi_bin, "mpirun")
     if flavour == "openmpi":
         # --map-by slot: Open MPI's default places by core and, oversubscribed,
@@ -55,7 +43,7 @@ def test_plain_mpirun_across_two_hosts_bootstraps_through_mpi(mpi_bin, fake_host
         # network, which Hydra's proxies must call back to.
         argv = [mpirun, "-localhost", "10.78.0.254", "-n", "4", "-hosts", "fh1:2,fh2:2"]
     env = mpi_env(mpi_bin, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    result = subprocess.run(argv + [sys.executable, str(script)], env=env, capture_output=True, text=True,
+    result = subprocess.run(argv + [sys.executable, WORKER, "report"], env=env, capture_output=True, text=True,
                             timeout=180, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
     for report in _reports(result.stdout, 4):
@@ -74,7 +62,7 @@ def test_plain_mpirun_on_one_host_writes_no_exchange_file(mpi_bin, tmp_path):
     if "Open MPI" in subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout:
         argv.append("--oversubscribe")
     env = mpi_env(mpi_bin, TMPDIR=str(tmp_path), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    result = subprocess.run(argv + [sys.executable, "-c", REPORT], env=env, capture_output=True, text=True,
+    result = subprocess.run(argv + [sys.executable, WORKER, "report"], env=env, capture_output=True, text=True,
                             timeout=180, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
     for report in _reports(result.stdout, 3):
@@ -84,7 +72,7 @@ def test_plain_mpirun_on_one_host_writes_no_exchange_file(mpi_bin, tmp_path):
 
 # Without an MPI library: processes that look as a plain mpirun leaves them
 # (Open MPI's rank variables, a common parent: this test process).
-def _run_as_mpirun_ranks(size, code, tmp_path, local_size=None):
+def _run_as_mpirun_ranks(size, argv, tmp_path, local_size=None):
     from launch_harness import base_env
     procs = []
     for rank in range(size):
@@ -93,24 +81,13 @@ def _run_as_mpirun_ranks(size, code, tmp_path, local_size=None):
                        OMPI_COMM_WORLD_LOCAL_SIZE=str(local_size or size))
         for name in ("HVD_MPI_LIBRARY", "OPAL_PREFIX", "MPI_HOME"):
             env.pop(name, None)
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     return [p.communicate(timeout=120) + (p.returncode,) for p in procs]
 
 
-FILE_EXCHANGE = r"""
-import json, os, stat, numpy as np, horovod.common as hvd
-from horovod.common import mpirun_bootstrap
-hvd.init()
-path = mpirun_bootstrap._exchange_file()
-mode = stat.S_IMODE(os.stat(path).st_mode) if hvd.rank() == 0 else None
-os.write(1, ("REPORT " + json.dumps({"rank": hvd.rank(), "mode": mode,
-                                     "sum": hvd.allreduce(np.ones(2), op=hvd.Sum).tolist()}) + "\n").encode())
-"""
-
-
 def test_without_an_mpi_library_ranks_on_one_host_meet_through_a_private_file(tmp_path):
-    results = _run_as_mpirun_ranks(2, FILE_EXCHANGE, tmp_path)
+    results = _run_as_mpirun_ranks(2, [WORKER, "file-exchange"], tmp_path)
     for out, err, code in results:
         assert code == 0, err
     reports = _reports("".join(out for out, _, _ in results), 2)
@@ -120,7 +97,7 @@ def test_without_an_mpi_library_ranks_on_one_host_meet_through_a_private_file(tm
 
 
 def test_without_an_mpi_library_several_hosts_are_a_clear_error(tmp_path):
-    results = _run_as_mpirun_ranks(2, "import horovod.common as hvd\nhvd.init()\n", tmp_path, local_size=1)
+    results = _run_as_mpirun_ranks(2, ["-c", INIT_ONLY], tmp_path, local_size=1)
     for out, err, code in results:
         assert code != 0 and "spans several hosts, and no MPI library was found" in err, err
 
@@ -142,22 +119,10 @@ def test_a_planted_exchange_file_is_refused(tmp_path):
     # Rank 0 does not write through it (O_EXCL, O_NOFOLLOW); rank 1 does not read it.
     planted = tmp_path / os.path.basename(mpirun_bootstrap._exchange_file(parent=os.getpid()))
     planted.symlink_to(target)
-    results = _run_as_mpirun_ranks(2, "import horovod.common as hvd\nhvd.init()\n", tmp_path)
+    results = _run_as_mpirun_ranks(2, ["-c", INIT_ONLY], tmp_path)
     assert results[0][2] != 0 and "something is there already" in results[0][1], results[0][1]
     assert results[1][2] != 0 and "symbolic link" in results[1][1], results[1][1]
     assert json.loads(target.read_text()) == {"port": 1, "secret": "x"}  # untouched
-
-
-MPI4PY = r"""
-import json, os
-from mpi4py import MPI
-import horovod.common as hvd
-world = MPI.COMM_WORLD
-hvd.init(comm=world)  # a real communicator covering the job
-halves = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())
-out = {"rank": hvd.rank(), "halves": hvd.ProcessSet(halves).ranks, "dup": hvd.ProcessSet(world.Dup()).ranks}
-os.write(1, ("REPORT " + json.dumps(out) + "\n").encode())
-"""
 
 
 @pytest.mark.mpi
@@ -169,38 +134,12 @@ def test_process_sets_from_mpi4py_communicators_hold_their_world_ranks(mpi_bin):
     # mpi4py binds, at import, to the libmpi the loader finds: this MPI's.
     lib_dir = os.path.join(os.path.dirname(mpi_bin), "lib")
     env = mpi_env(mpi_bin, LD_LIBRARY_PATH=lib_dir, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    result = subprocess.run(argv + [sys.executable, "-c", MPI4PY], env=env, capture_output=True, text=True,
+    result = subprocess.run(argv + [sys.executable, WORKER, "mpi4py-sets"], env=env, capture_output=True, text=True,
                             timeout=180, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
     for report in _reports(result.stdout, 3):
         assert report["halves"] == ([0, 2] if report["rank"] % 2 == 0 else [1]), report
         assert report["dup"] == [0, 1, 2], report
-
-
-SPLIT_SETS = r"""
-import json, os
-import numpy as np
-from mpi4py import MPI
-import horovod.common as hvd
-world = MPI.COMM_WORLD
-halves = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())  # different ranks per process
-sets = [hvd.ProcessSet(halves), hvd.ProcessSet(world.Dup()), hvd.ProcessSet([0])]
-try:
-    hvd.init(comm=world, process_sets=sets)
-    error = None
-except ValueError as e:  # the Dup() is the whole job: the global set again
-    error = str(e)
-mine = sets[0]
-total = hvd.allreduce(np.array([float(hvd.rank())]), op=hvd.Sum, process_set=mine).tolist()
-again = [hvd.ProcessSet(halves), hvd.ProcessSet([0])]
-hvd.init(comm=world, process_sets=again)  # running: these take the registered ids
-world.Barrier()  # no rank shuts down before the others' second init (a departure would restart them)
-out = {"rank": hvd.rank(), "error": error, "initialized": hvd.is_initialized(),
-       "table": {str(k): v for k, v in hvd._basics._get_process_set_ids_and_ranks().items()},
-       "ids": [ps.process_set_id for ps in sets], "again": [ps.process_set_id for ps in again], "total": total,
-       "global_comm": hvd.global_process_set.mpi_comm is world}
-os.write(1, ("REPORT " + json.dumps(out) + "\n").encode())
-"""
 
 
 @pytest.mark.mpi
@@ -213,7 +152,7 @@ def test_process_sets_from_split_communicators_are_registered_on_every_rank(mpi_
         argv.append("--oversubscribe")
     lib_dir = os.path.join(os.path.dirname(mpi_bin), "lib")
     env = mpi_env(mpi_bin, LD_LIBRARY_PATH=lib_dir, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    result = subprocess.run(argv + [sys.executable, "-c", SPLIT_SETS], env=env, capture_output=True, text=True,
+    result = subprocess.run(argv + [sys.executable, WORKER, "split-sets"], env=env, capture_output=True, text=True,
                             timeout=180, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
     for report in _reports(result.stdout, 3):

@@ -104,14 +104,14 @@ def test_np_is_accepted_and_defaults_to_one():
     assert horovod.runner.run(rank_times, args=(1,), np=2) == [0, 1]
 
 
-def test_horovod_run_is_horovod_runner_run():
+def test_horovod_run_is_horovod_runner_run_and_returns_results_in_rank_order():
     import horovod
     if not hasattr(horovod, "__file__") or horovod.__file__ is None:
         pytest.skip("hvd-core's horovod/__init__.py (which exposes horovod.run) is not present")
     assert horovod.run(rank_times, args=(2,), num_proc=2) == [0, 2]
 
 
-def test_output_filename_and_prefixing(tmp_path, capfd):
+def test_run_writes_rank_output_files_and_prefixes_console_lines(tmp_path, capfd):
     def talk():
         print("hello from", os.environ["HOROVOD_RANK"])
         return None
@@ -121,7 +121,7 @@ def test_output_filename_and_prefixing(tmp_path, capfd):
 
 
 @pytest.mark.mpi
-def test_run_with_mpi(mpi_bin, monkeypatch):
+def test_run_with_mpi_starts_the_ranks_under_mpirun(mpi_bin, monkeypatch):
     monkeypatch.setenv("PATH", mpi_bin + os.pathsep + os.environ["PATH"])
 
     def mpi_rank():
@@ -130,7 +130,7 @@ def test_run_with_mpi(mpi_bin, monkeypatch):
 
 
 @pytest.mark.ssh
-def test_run_over_ssh(sshd, monkeypatch):
+def test_run_over_ssh_returns_each_hosts_result_in_rank_order(sshd, monkeypatch):
     monkeypatch.setenv("HVDRUN_SSH_OPTIONS", sshd.ssh_options)
     assert horovod.runner.run(
         lambda: os.environ["HOROVOD_HOSTNAME"], hosts="localhost:1,127.0.0.2:1",
@@ -145,7 +145,7 @@ def test_check_build_reports_what_is_installed(capsys):
     assert capsys.readouterr().out == text
 
 
-def test_check_build_flag():
+def test_check_build_flag_lists_gloo_and_the_frameworks():
     from launch_harness import horovodrun
     result = horovodrun("--check-build")
     assert result.returncode == 0

@@ -1,6 +1,7 @@
 """Two-"host" jobs over a real sshd on loopback: localhost starts directly, 127.0.0.2 over ssh."""
 
 import json
+import os
 import re
 import sys
 import time
@@ -11,6 +12,8 @@ from launch_harness import horovodrun, pid_alive, wait_until
 
 pytestmark = pytest.mark.ssh
 
+# Each worker records its pid and its grandchild's, then does what its action says.
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pid_recording_worker.py")
 PRINT_ENV = ("import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
              "if k.startswith(('HOROVOD_', 'CALLER_'))} | {'cwd': os.getcwd(), 'pid': os.getpid()}))")
 
@@ -51,7 +54,7 @@ def test_two_host_job_places_ranks_and_forwards_environment(sshd, tmp_path):
     assert len({env["HOROVOD_SECRET_KEY"] for env in envs.values()}) == 1
 
 
-def test_hostfile_job_over_ssh(sshd, tmp_path):
+def test_hostfile_job_over_ssh_places_one_rank_per_host(sshd, tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("localhost slots=1\n127.0.0.2 slots=1\n")
     result = horovodrun("-hostfile", hostfile, *_ssh_args(sshd), sys.executable, "-c", PRINT_ENV,
@@ -61,35 +64,20 @@ def test_hostfile_job_over_ssh(sshd, tmp_path):
         "localhost", "127.0.0.2"]
 
 
-REMOTE_FAILURE = """
-import os, sys, time
-rank = int(os.environ["HOROVOD_RANK"])
-with open(os.path.join(sys.argv[1], "pid.%d" % rank), "w") as f:
-    f.write(str(os.getpid()))
-if rank == 2:
-    time.sleep(1)
-    sys.exit(7)
-time.sleep(300)
-"""
-
-
 def test_remote_rank_failure_stops_local_and_remote_ranks(sshd, tmp_path):
     start = time.monotonic()
     result = horovodrun("-np", 4, "-H", "localhost:2,127.0.0.2:2", *_ssh_args(sshd),
-                        sys.executable, "-c", REMOTE_FAILURE, tmp_path, env=sshd.env())
+                        sys.executable, WORKER, tmp_path, "--stagger", 0.25, "2=exit7", env=sshd.env())
     assert result.returncode == 7
     assert "rank 2 (host 127.0.0.2, local rank 0) exited with code 7" in result.stderr
     assert time.monotonic() - start < 30
-    pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(4)]
+    pids = [int(pid) for r in range(4) for pid in (tmp_path / f"pids.{r}").read_text().split()]
     assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10)
 
 
 def test_remote_rank_killed_by_signal_is_reported(sshd, tmp_path):
-    code = "import os, signal, time; time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)"
     result = horovodrun("-np", 2, "-H", "localhost:1,127.0.0.2:1", *_ssh_args(sshd),
-                        sys.executable, "-c",
-                        f"import os, time\nif os.environ['HOROVOD_RANK'] == '1':\n    {code}\n"
-                        "time.sleep(300)", env=sshd.env())
+                        sys.executable, WORKER, tmp_path, "1=kill", env=sshd.env())
     assert result.returncode == 137
     assert "rank 1 (host 127.0.0.2, local rank 0) was killed by signal 9 (SIGKILL)" in result.stderr
 

@@ -8,10 +8,11 @@
 # writes checkpoints, load_model re-wraps the optimizer. One launch per
 # Keras checks all of it: a TF process start costs seconds.
 import os
-import subprocess
 import sys
 
 import pytest
+
+from horovod.common import testing
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "keras")
 
@@ -296,10 +297,9 @@ def test_fit_with_distributed_optimizer_and_callbacks_matches_single_process(fla
 def test_keras_mnist_example_trains_identical_replicas_under_horovodrun(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3",
                CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run([sys.executable, "-m", "horovod.runner", "-np", "2", sys.executable,
-                             os.path.join(EXAMPLES, "keras_mnist.py"), "--epochs", "2", "--train-samples", "4096",
-                             "--test-samples", "512", "--checkpoint-dir", str(tmp_path)],
-                            env=env, capture_output=True, text=True, timeout=180)
+    result = testing.horovodrun("-np", "2", sys.executable, os.path.join(EXAMPLES, "keras_mnist.py"), "--epochs", "2",
+                                "--train-samples", "4096", "--test-samples", "512", "--checkpoint-dir", str(tmp_path),
+                                env=env, timeout=180)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "done: 2 ranks trained identical replicas" in out, out

@@ -1,16 +1,16 @@
 # test_examples.py - the PyTorch examples are end-to-end tests: launched with
 # horovodrun on 2 ranks exactly as a user would, with few steps.
 import os
-import subprocess
 import sys
+
+from horovod.common import testing
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "pytorch")
 
 
 def horovodrun(*args, timeout=180):
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "horovod.runner", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return testing.horovodrun(*args, env=env, timeout=timeout)
 
 
 def test_mnist_example_trains_identical_replicas():

@@ -1,104 +1,23 @@
 # test_collectives.py - every collective x dtype x op at 1, 2, 3 and 4 real
 # ranks; each rank checks its result against a reference it computes from
-# the deterministic inputs of all ranks.
+# the deterministic inputs of all ranks (rank_programs/collectives.py).
 import pytest
 
 import ranks
 
 SIZES = [1, 2, 3, 4]
 
-# Shared by the workers: deterministic per-rank inputs and a float32/float64
-# reference for every dtype.
-HELPERS = '''
-DTYPES = ["uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
-try:
-    import ml_dtypes
-    DTYPES.append("bfloat16")
-    BF16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:
-    BF16 = None
-def dt(name):
-    return BF16 if name == "bfloat16" else np.dtype(name)
-def make(r, shape, name):
-    n = int(np.prod(shape))
-    base = (np.arange(n) * 7 + r * 3) % 11
-    if name == "bool":
-        return ((base + r) % 3 == 0).reshape(shape)
-    if name in ("float16", "bfloat16", "float32", "float64"):
-        return ((base - 5) * 0.25).astype(dt(name)).reshape(shape)
-    if name.startswith("uint"):
-        return (base % 4).astype(dt(name)).reshape(shape)
-    return ((base % 5) - 2).astype(dt(name)).reshape(shape)
-def close(a, b, name, tol=0.0):
-    a = np.asarray(a); b = np.asarray(b)
-    if a.shape != b.shape:
-        return False
-    if name in ("float16", "bfloat16"):
-        return np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-2, atol=1e-2)
-    if name in ("float32", "float64"):
-        return np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-5, atol=1e-6)
-    return np.array_equal(a, b)
-'''
-
 
 @pytest.mark.parametrize("np_", SIZES)
 def test_allreduce_every_dtype_and_op_matches_reference(np_):
-    results = ranks.run_ok(np_, HELPERS + '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-failures = []
-ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
-for name in DTYPES:
-    for shape in [(1,), (7, 3), (1000,), (33, 31)]:
-        inputs = [make(r, shape, name) for r in range(size)]
-        wide = [x.astype(np.float64) for x in inputs]
-        for opname, op in ops.items():
-            if name == "bool" and opname in ("Average",):
-                continue
-            if opname == "Product" and name not in ("bool",) and shape == (33, 31):
-                continue
-            if name == "bool":
-                ref = {"Sum": np.logical_or.reduce(inputs), "Min": np.logical_and.reduce(inputs),
-                       "Max": np.logical_or.reduce(inputs), "Product": np.logical_and.reduce(inputs)}[opname]
-            else:
-                ref = {"Sum": np.sum(wide, 0), "Min": np.min(wide, 0), "Max": np.max(wide, 0),
-                       "Product": np.prod(wide, 0), "Average": np.sum(wide, 0) / size}[opname]
-                if opname == "Average" and not name.startswith("float") and name != "bfloat16":
-                    ref = np.trunc(ref)
-                ref = ref.astype(dt(name))
-            out = hvd.allreduce(inputs[rank], op=op, name="%s.%s.%s" % (name, opname, shape))
-            if out.dtype != dt(name) or not close(out, ref, name):
-                failures.append([name, opname, str(shape)])
-print(json.dumps(failures))
-''', timeout=180)
+    results = ranks.run_program_ok(np_, "collectives:allreduce_every_dtype_and_op", timeout=180)
     for rank, failures in enumerate(results):
         assert failures == [], "rank %d: wrong allreduce results for %s" % (rank, failures)
 
 
 @pytest.mark.parametrize("np_", SIZES)
-def test_allreduce_scale_factors_inplace_and_async(np_):
-    results = ranks.run_ok(np_, '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-x = np.arange(10, dtype=np.float32) + rank
-total = sum(np.arange(10, dtype=np.float32) + r for r in range(size))
-out = {}
-out["avg"] = np.allclose(hvd.allreduce(x), total / size)
-out["scaled"] = np.allclose(hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0), total * 1.5)
-out["avg_scaled"] = np.allclose(hvd.allreduce(x, op=hvd.Average, postscale_factor=2.0), total / size * 2)
-y = x.copy()
-r = hvd.allreduce_(y, op=hvd.Sum)
-out["inplace"] = r is y and np.allclose(y, total)
-out["input_untouched"] = np.array_equal(x, np.arange(10, dtype=np.float32) + rank)
-handles = [hvd.allreduce_async(x * i, name="async.%d" % i, op=hvd.Sum) for i in range(20)]
-out["async_many"] = all(np.allclose(hvd.synchronize(h), total * i) for i, h in enumerate(handles))
-h = hvd.allreduce_async(x, op=hvd.Sum, name="polled")
-while not hvd.poll(h):
-    time.sleep(0.001)
-out["poll"] = np.allclose(hvd.synchronize(h), total)
-out["deprecated_average"] = np.allclose(hvd.allreduce(x, average=False), total)
-print(json.dumps(out))
-''')
+def test_allreduce_applies_scale_factors_in_place_and_async(np_):
+    results = ranks.run_program_ok(np_, "collectives:allreduce_scale_factors_inplace_and_async")
     for res in results:
         assert all(res.values()), res
 
@@ -113,183 +32,52 @@ KNOBS = {
 
 @pytest.mark.parametrize("knobs", sorted(KNOBS))
 @pytest.mark.parametrize("np_", SIZES)
-def test_grouped_allreduce_and_fusion_of_many_small_tensors(np_, knobs):
-    results = ranks.run_ok(np_, '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-tensors = [np.full((i + 1, 3), rank + i, np.float32) for i in range(50)]
-refs = [np.full((i + 1, 3), sum(r + i for r in range(size)), np.float32) for i in range(50)]
-out = {}
-res = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="grp")
-out["grouped"] = all(np.allclose(a, b) for a, b in zip(res, refs))
-copies = [t.copy() for t in tensors]
-hvd.grouped_allreduce_(copies, op=hvd.Sum)
-out["grouped_inplace"] = all(np.allclose(a, b) for a, b in zip(copies, refs))
-hs = [hvd.allreduce_async(t, op=hvd.Sum, name="fuse.%d" % i) for i, t in enumerate(tensors)]
-out["fused_async"] = all(np.allclose(hvd.synchronize(h), b) for h, b in zip(hs, refs))
-mixed = [np.full(4, rank, np.int32), np.full(5, rank, np.float64)]
-out["mixed_dtypes"] = [hvd.allreduce(m, op=hvd.Sum).tolist() for m in mixed] == [[sum(range(size))] * 4, [float(sum(range(size)))] * 5]
-print(json.dumps(out))
-''', env=KNOBS[knobs])
+def test_grouped_and_fused_allreduce_of_many_small_tensors_are_exact(np_, knobs):
+    results = ranks.run_program_ok(np_, "collectives:grouped_allreduce_and_fusion_of_many_small_tensors",
+                                   env=KNOBS[knobs])
     for res in results:
         assert all(res.values()), res
 
 
 @pytest.mark.parametrize("np_", SIZES)
-def test_allgather_with_different_first_dimensions_every_dtype(np_):
-    results = ranks.run_ok(np_, HELPERS + '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-failures = []
-for name in DTYPES:
-    for tail in [(), (3,), (2, 5)]:
-        parts = [make(r, (r + 1,) + tail, name) for r in range(size)]
-        out = hvd.allgather(parts[rank], name="ag.%s.%s" % (name, tail))
-        if not close(out, np.concatenate(parts), name):
-            failures.append([name, str(tail)])
-zero_rows = hvd.allgather(np.zeros((0 if rank % 2 else 2, 3), np.float32))
-if zero_rows.shape != (2 * ((size + 1) // 2), 3):
-    failures.append(["zero_rows", str(zero_rows.shape)])
-grouped = hvd.grouped_allgather([np.full((rank + 1,), rank, np.int64), np.full((1, 2), rank, np.float32)])
-if grouped[0].tolist() != [r for r in range(size) for _ in range(r + 1)] or grouped[1].shape != (size, 2):
-    failures.append(["grouped"])
-print(json.dumps(failures))
-''')
+def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
+    results = ranks.run_program_ok(np_, "collectives:allgather_with_different_first_dimensions_every_dtype")
     for failures in results:
         assert failures == []
 
 
 @pytest.mark.parametrize("np_", SIZES)
-def test_broadcast_from_every_root(np_):
-    results = ranks.run_ok(np_, HELPERS + '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-failures = []
-for root in range(size):
-    for name in DTYPES:
-        x = make(rank, (6, 4), name)
-        out = hvd.broadcast(x, root, name="bc.%d.%s" % (root, name))
-        if not close(out, make(root, (6, 4), name), name) or not close(x, make(rank, (6, 4), name), name):
-            failures.append([root, name])
-    y = np.full(100000, rank, np.float32)
-    hvd.broadcast_(y, root, name="bc_inplace.%d" % root)
-    if not np.all(y == root):
-        failures.append([root, "inplace"])
-obj = hvd.broadcast_object({"rank": rank, "list": [1, 2]} if rank == size - 1 else None, root_rank=size - 1)
-if obj != {"rank": size - 1, "list": [1, 2]}:
-    failures.append(["object", str(obj)])
-if hvd.allgather_object(rank * 10) != [r * 10 for r in range(size)]:
-    failures.append(["allgather_object"])
-print(json.dumps(failures))
-''')
+def test_broadcast_from_every_root_delivers_the_roots_tensor(np_):
+    results = ranks.run_program_ok(np_, "collectives:broadcast_from_every_root")
     for failures in results:
         assert failures == []
 
 
 @pytest.mark.parametrize("np_", SIZES)
-def test_alltoall_with_and_without_splits(np_):
-    results = ranks.run_ok(np_, '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-out = {}
-# Even split: rank r sends rows [r*size + d] to rank d.
-x = np.array([[rank * size + d, -1] for d in range(size)], dtype=np.int64)
-res = hvd.alltoall(x)
-out["even"] = res[:, 0].tolist() == [s * size + rank for s in range(size)]
-# Uneven: rank r sends (d + r) % 3 rows to rank d, each row = [r, d].
-splits = [(d + rank) % 3 for d in range(size)]
-rows = [[rank, d] for d in range(size) for _ in range(splits[d])]
-x = np.array(rows, dtype=np.float32).reshape(-1, 2)
-res, received = hvd.alltoall(x, splits=splits, name="uneven")
-expect_rows = [[s, rank] for s in range(size) for _ in range((rank + s) % 3)]
-out["uneven"] = res.reshape(-1, 2).tolist() == expect_rows
-out["received"] = received.tolist() == [(rank + s) % 3 for s in range(size)]
-print(json.dumps(out))
-''')
+def test_alltoall_delivers_each_ranks_rows_with_and_without_splits(np_):
+    results = ranks.run_program_ok(np_, "collectives:alltoall_with_and_without_splits")
     for res in results:
         assert all(res.values()), res
 
 
 @pytest.mark.parametrize("np_", SIZES)
-def test_reducescatter_uneven_first_dimension_and_grouped(np_):
-    results = ranks.run_ok(np_, '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-out = {}
-for rows in [size, 2 * size + 1, 7]:
-    x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) * (rank + 1)
-    total = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) * sum(r + 1 for r in range(size))
-    counts = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
-    start = sum(counts[:rank])
-    res = hvd.reducescatter(x, op=hvd.Sum, name="rs.%d" % rows)
-    out["sum%d" % rows] = res.shape == (counts[rank], 3) and np.allclose(res, total[start:start + counts[rank]])
-    avg = hvd.reducescatter(x, name="rsavg.%d" % rows)
-    out["avg%d" % rows] = np.allclose(avg, total[start:start + counts[rank]] / size)
-g = hvd.grouped_reducescatter([np.ones((size * 2, 2), np.float64) * rank, np.ones((size,), np.int32)], op=hvd.Sum)
-out["grouped"] = np.allclose(g[0], sum(range(size))) and g[0].shape == (2, 2) and g[1].tolist() == [size]
-print(json.dumps(out))
-''')
+def test_reducescatter_gives_each_rank_its_share_of_uneven_and_grouped_sums(np_):
+    results = ranks.run_program_ok(np_, "collectives:reducescatter_uneven_first_dimension_and_grouped")
     for res in results:
         assert all(res.values()), res
 
 
 @pytest.mark.parametrize("np_", SIZES)
 def test_barrier_and_join_returns_last_rank_with_zero_contributions(np_):
-    results = ranks.run_ok(np_, '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-out = {}
-t0 = time.time()
-if rank == 0:
-    time.sleep(0.5)
-hvd.barrier()
-out["barrier_waited"] = time.time() - t0 >= 0.45
-# Rank r runs r + 1 steps, then joins; the last rank's steps see zeros from joined ranks.
-sums = []
-for step in range(rank + 1):
-    sums.append(hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum, name="step.%d" % step).tolist())
-# Only allreduce can run while some ranks have joined (Horovod's rule).
-if rank == size - 1 and size > 1:
-    try:
-        hvd.allgather(np.ones(1, np.float32), name="gather_after_join")
-        out["allgather_refused"] = False
-    except hvd.HorovodCollectiveMismatchError as e:
-        out["allgather_refused"] = "only allreduce supports join" in str(e)
-last = hvd.join()
-out["last"] = last == size - 1
-out["sums"] = sums == [[float(size - s)] * 3 for s in range(rank + 1)]
-# Join resets: the next round works normally.
-out["after"] = hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum).tolist() == [float(size)] * 2
-print(json.dumps(out))
-''')
+    results = ranks.run_program_ok(np_, "collectives:barrier_and_join")
     for res in results:
         assert all(res.values()), res
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_float16_and_bfloat16_reductions_accumulate_sensibly(np_):
-    results = ranks.run_ok(np_, '''
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-import ml_dtypes
-out = {}
-rng = np.random.default_rng(1234)
-values = rng.standard_normal((size, 4096)).astype(np.float32)
-for name, dtype in [("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)]:
-    inputs = values.astype(dtype)
-    exact = inputs.astype(np.float64).sum(0)
-    res = hvd.allreduce(inputs[rank], op=hvd.Sum, name=name).astype(np.float64)
-    # One rounding of the exact sum, or one ulp around it (ring over TCP rounds per step).
-    # float16: numpy knows its spacing; bfloat16 has 8 significant bits, so an
-    # ulp is at most |x| * 2**-7.
-    ulp = np.abs(np.spacing(exact.astype(np.float16))).astype(np.float64) if name == "float16" else np.abs(exact) * 2.0 ** -7
-    out[name] = float(np.max(np.abs(res - exact) / (ulp + 1e-30)))
-    # A sum that underflows in per-step rounding: many small values on top of a large one.
-    big = np.full(8, 256.0 if rank == 0 else 0.125, np.float32).astype(dtype)
-    s = hvd.allreduce(big, op=hvd.Sum, name=name + ".small").astype(np.float64)
-    out[name + ".small"] = float(s[0])
-print(json.dumps(out))
-''', env={"PYTHONWARNINGS": "ignore"})
+    results = ranks.run_program_ok(np_, "collectives:float16_and_bfloat16_sums",
+                                   env={"PYTHONWARNINGS": "ignore"})
     for res in results:
         assert res["float16"] <= 1.0, res
         assert res["bfloat16"] <= 1.0, res
@@ -297,72 +85,12 @@ print(json.dumps(out))
         assert res["float16.small"] == pytest.approx(256.0 + 0.125 * (size - 1), abs=0.25)
 
 
-# Adasum: a numpy reference of the pairwise tree over ranks (0,1) (2,3) ...,
-# (01,23) ...; with a rank count that is not a power of two the unpaired
-# subtree moves up unchanged.
-ADASUM_REFERENCE = '''
-def adasum_pair(a, b):
-    aa, bb, ab = float(a @ a), float(b @ b), float(a @ b)
-    wa = 1.0 - ab / (2 * aa) if aa else 1.0
-    wb = 1.0 - ab / (2 * bb) if bb else 1.0
-    return wa * a + wb * b
-def adasum_tree(vectors):
-    vectors = [v.astype(np.float64).ravel() for v in vectors]
-    stride = 1
-    while stride < len(vectors):
-        for left in range(0, len(vectors) - stride, 2 * stride):
-            vectors[left] = adasum_pair(vectors[left], vectors[left + stride])
-        stride *= 2
-    return vectors[0]
-'''
-
-
+# Adasum against a numpy reference of the pairwise tree (rank_programs/collectives.py).
 @pytest.mark.parametrize("np_, env, hosts", [(n, {}, None) for n in SIZES] + [
     (3, {"HOROVOD_SHM_DISABLE": "1"}, None), (4, {}, ["hostA", "hostA", "hostB", "hostB"])],
     ids=["1", "2", "3", "4", "3-tcp", "4-two-hosts"])
 def test_adasum_matches_the_pairwise_tree_per_tensor(np_, env, hosts):
-    results = ranks.run_ok(np_, ADASUM_REFERENCE + '''
-import ml_dtypes
-hvd.init()
-size, rank = hvd.size(), hvd.rank()
-out = {}
-rng = np.random.default_rng(7)
-# Several tensors of different sizes (fused into one buffer, split unevenly
-# across ranks' blocks), each with its own weights.
-shapes = [(5,), (1000,), (3, 7), (1,), (257,)]
-values = [rng.standard_normal((size,) + s) for s in shapes]
-for name, dtype, tol in [("float64", np.float64, 1e-12), ("float32", np.float32, 1e-5),
-                         ("float16", np.float16, 2e-3), ("bfloat16", ml_dtypes.bfloat16, 1e-2)]:
-    inputs = [v.astype(dtype) for v in values]
-    got = hvd.grouped_allreduce([x[rank] for x in inputs], op=hvd.Adasum, name="g." + name)
-    err = 0.0
-    for x, g in zip(inputs, got):
-        ref = adasum_tree([x[r] for r in range(size)])
-        assert g.dtype == np.dtype(dtype) and g.shape == x.shape[1:]
-        err = max(err, float(np.max(np.abs(g.astype(np.float64).ravel() - ref) / (np.abs(ref) + 1))))
-    out[name] = err <= tol
-    # A lone tensor, with scale factors applied before and after.
-    x = inputs[1]
-    g = hvd.allreduce(x[rank], op=hvd.Adasum, prescale_factor=0.5, postscale_factor=3.0, name="one." + name)
-    ref = 3.0 * adasum_tree([0.5 * x[r].astype(np.float64) for r in range(size)])
-    out["scaled." + name] = bool(np.allclose(g.astype(np.float64), ref, rtol=tol * 10, atol=tol * 10))
-# The defining cases: identical gradients stay as they are (not multiplied by
-# the rank count); orthogonal ones add up.
-same = hvd.allreduce(np.array([1.0, 2.0, -3.0]), op=hvd.Adasum, name="same")
-out["identical"] = same.tolist() == [1.0, 2.0, -3.0]
-basis = np.zeros(4); basis[rank] = rank + 1.0
-out["orthogonal"] = hvd.allreduce(basis, op=hvd.Adasum, name="orth").tolist() == \\
-    [float(r + 1) if r < size else 0.0 for r in range(4)]
-# Identical results on every rank, bit for bit.
-mine = hvd.allreduce(rng.standard_normal(333) + rank, op=hvd.Adasum, name="bits")
-everyone = hvd.allgather(mine[None])
-out["same_on_all_ranks"] = all(np.array_equal(everyone[0], e) for e in everyone)
-try:
-    hvd.allreduce(np.arange(4, dtype=np.int32), op=hvd.Adasum, name="ints")
-    out["int_rejected"] = False
-except ValueError as e:
-    out["int_rejected"] = "int32" in str(e) and "Adasum" in str(e)
-print(json.dumps(out))
-''', timeout=120, env=env, hosts=hosts)
+    results = ranks.run_program_ok(np_, "collectives:adasum_against_the_pairwise_tree", timeout=120, env=env,
+                                   hosts=hosts)
     for rank, res in enumerate(results):
         assert all(res.values()), f"rank {rank}: {res}"

@@ -1,6 +1,7 @@
 # test_compatibility.py - what Horovod's test suites and integrations import
 # from hvd-core and ask of it: horovod.common.util's names, the version
-# string and distribution metadata, HOROVOD_TIMELINE=DYNAMIC.
+# string and distribution metadata, HOROVOD_TIMELINE=DYNAMIC (its ranks run
+# rank_programs/compatibility.py).
 import importlib.metadata
 import os
 import subprocess
@@ -76,13 +77,7 @@ def test_version_names_the_horovod_api_level_and_hvd():
 
 
 def test_timeline_dynamic_starts_no_timeline_until_asked(tmp_path):
-    ranks.run_ok(2, '''
-hvd.init()
-hvd.allreduce(np.ones(2, np.float32), name="before")
-hvd.start_timeline(os.environ["TL"])
-hvd.allreduce(np.ones(2, np.float32), name="during")
-hvd.stop_timeline()
-print(json.dumps(True))
-''', env={"HOROVOD_TIMELINE": "DYNAMIC", "TL": str(tmp_path / "later.json")}, cwd=str(tmp_path))
+    ranks.run_program_ok(2, "compatibility:timeline_started_at_run_time", kwargs={"path": str(tmp_path / "later.json")},
+                         env={"HOROVOD_TIMELINE": "DYNAMIC"}, cwd=str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["later.json"]
     assert "allreduce.during" in (tmp_path / "later.json").read_text()

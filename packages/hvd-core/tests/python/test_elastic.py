@@ -2,18 +2,13 @@
 # (horovod.common.elastic), on real ranks: State/ObjectState semantics, host
 # updates raising on every rank alike, and the run loop's recovery from a
 # real engine failure (ranks diverging) with the state rolled back to its
-# last commit.
-import os
-
+# last commit. What the ranks run is in rank_programs/elastic.py.
 import ranks
-from horovod.common import testing
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_scenario(name, size=2, env=None, timeout=60):
-    return testing.run_ok(size, "import elastic_scenarios\nelastic_scenarios.%s()\n" % name, cwd=HERE,
-                          env=env, timeout=timeout)
+    """Runs rank_programs/elastic.py's `name` as `size` ranks; returns what each reported."""
+    return ranks.run_program_ok(size, "elastic:" + name, env=env, timeout=timeout)
 
 
 def test_object_state_syncs_from_rank_0_restores_and_commits():
@@ -61,22 +56,6 @@ def test_sync_is_skipped_when_every_rank_only_saw_hosts_removed():
         assert res["result"] == 10 + rank
 
 
-def test_run_works_on_a_single_process():
-    results = ranks.run_ok(1, '''
-from horovod.common.elastic import ObjectState, run_fn
-hvd.init()
-state = ObjectState(hvd.broadcast_object, hvd.rank, n=0)
-calls = []
-def reset():
-    hvd.shutdown(); hvd.init()
-def train(state):
-    calls.append(state.n)
-    state.n += 1
-    state.commit()
-    if len(calls) == 1:
-        state.n += 5
-        raise hvd.HorovodInternalError("simulated")
-    return state.n
-print(json.dumps({"result": run_fn(train, reset)(state), "calls": calls}))
-''')
+def test_run_recovers_from_a_failure_on_a_single_process():
+    results = run_scenario("run_on_a_single_process", size=1)
     assert results == [{"result": 2, "calls": [0, 1]}]

@@ -2,17 +2,13 @@
 # what hvd-core reports about its CUDA plugin and NCCL, and the errors for
 # CUDA tensors, bad GPU knobs and a missing or wrong NCCL. The GPU itself is
 # exercised by hvd-torch's test_cuda.py on a machine that has one
-# (tools/gpu_check.sh).
+# (tools/gpu_check.sh). What the ranks run is in rank_programs/gpu_support.py;
+# the knob checks only call hvd.init(), inline.
 import os
 
 import pytest
 
 import ranks
-
-GPU_INFO = '''
-from horovod.common import c_api
-print(json.dumps(c_api.gpu_info()))
-'''
 
 
 def _plugin_path():
@@ -21,7 +17,7 @@ def _plugin_path():
 
 
 def _gpu_info(env):
-    return ranks.run_ok(1, GPU_INFO, env=env)[0]
+    return ranks.run_program_ok(1, "gpu_support:gpu_info", env=env)[0]
 
 
 def test_cuda_built_says_whether_the_plugin_is_installed_next_to_the_library():
@@ -61,16 +57,8 @@ def test_a_cuda_tensor_without_a_usable_gpu_is_refused_with_the_reason():
     info = _gpu_info({})
     if info["cuda_available"]:
         pytest.skip("this machine has a GPU hvd can use")
-    results = ranks.run(1, '''
-from horovod.common import c_api, handles
-hvd.init()
-desc = handles.TensorDesc(0x10000, (4,), c_api.kDLFloat, 32, device_type=c_api.kDLCUDA, device_id=0)
-try:
-    handles.enqueue(c_api.ALLREDUCE, [desc], [b"allreduce.gpu"])
-    print(json.dumps({"error": None}))
-except Exception as e:
-    print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
-''')
+    results = ranks.run_program(1, "gpu_support:enqueue_on_device",
+                                kwargs={"device_type": 2, "name": "allreduce.gpu"})  # kDLCUDA
     assert results[0].returncode == 0, results[0]
     error = results[0].last_json()["error"]
     assert error and "HorovodUnsupportedError" in error and "is a CUDA tensor, but" in error, error
@@ -78,16 +66,8 @@ except Exception as e:
 
 
 def test_a_tensor_on_another_device_type_names_it():
-    results = ranks.run(1, '''
-from horovod.common import c_api, handles
-hvd.init()
-desc = handles.TensorDesc(0x10000, (4,), c_api.kDLFloat, 32, device_type=14)  # kDLOneAPI
-try:
-    handles.enqueue(c_api.ALLREDUCE, [desc], [b"allreduce.oneapi"])
-    print(json.dumps({"error": None}))
-except Exception as e:
-    print(json.dumps({"error": str(e)}))
-''')
+    results = ranks.run_program(1, "gpu_support:enqueue_on_device",
+                                kwargs={"device_type": 14, "name": "allreduce.oneapi"})  # kDLOneAPI
     error = results[0].last_json()["error"]
     assert error and "DLPack device type 14" in error and "CPU and CUDA" in error, error
 
@@ -101,8 +81,6 @@ def test_an_unknown_gpu_operations_value_fails_init_on_every_rank(knob):
 
 
 def test_gpu_operations_values_horovod_accepts_start_the_engine():
-    results = ranks.run_ok(2, '''
-hvd.init()
-print(json.dumps(hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum).tolist()))
-''', env={"HOROVOD_GPU_OPERATIONS": "nccl", "HOROVOD_GPU_ALLGATHER": "MPI", "HOROVOD_GPU_BROADCAST": "gloo"})
+    results = ranks.run_program_ok(2, "gpu_support:allreduce_after_init", env={
+        "HOROVOD_GPU_OPERATIONS": "nccl", "HOROVOD_GPU_ALLGATHER": "MPI", "HOROVOD_GPU_BROADCAST": "gloo"})
     assert results == [[2.0, 2.0], [2.0, 2.0]]

@@ -1,6 +1,8 @@
 # test_knobs.py - Horovod's HOROVOD_* knobs: those hvd honours act
 # (HOROVOD_THREAD_AFFINITY, HOROVOD_LOG_HIDE_TIME), those that mean nothing
 # here (GPU, oneCCL, autotune, ...) are accepted and named once, by rank 0.
+# Start-up checks run `hvd.init()` inline; the affinity check's ranks run
+# rank_programs/knobs.py.
 import os
 import re
 
@@ -26,19 +28,8 @@ hvd.allreduce(np.ones(1, np.float32))
 def test_thread_affinity_pins_each_local_ranks_background_threads():
     cores = sorted(os.sched_getaffinity(0))
     spec = "%d,%d" % (cores[-1], cores[0])  # rank 0 on the last core, rank 1 on the first
-    results = ranks.run_ok(2, '''
-hvd.init()
-hvd.allreduce(np.ones(1, np.float32))
-pinned = set()
-for tid in os.listdir("/proc/self/task"):
-    with open("/proc/self/task/%s/status" % tid) as f:
-        allowed = [l.split()[1] for l in f if l.startswith("Cpus_allowed_list")][0]
-    if tid != str(os.getpid()):
-        pinned.add(allowed)
-# Until every rank has looked: a finished rank 0's goodbye ends the others' background threads.
-hvd.barrier()
-print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "threads": sorted(pinned)}))
-''', env={"HOROVOD_THREAD_AFFINITY": spec}, timeout=60)
+    results = ranks.run_program_ok(2, "knobs:threads_cpus_allowed", env={"HOROVOD_THREAD_AFFINITY": spec},
+                                   timeout=60)
     for rank, res in enumerate(results):
         want = str(cores[-1] if rank == 0 else cores[0])
         assert want in res["threads"], res  # the background thread of the global set

@@ -208,7 +208,7 @@ def test_c_example_allreduce_runs_as_a_single_process(allreduce_example):
 
 
 @needs_cmake
-def test_c_abi_struct_sizes_from_a_callers_side(allreduce_example):
+def test_c_abi_takes_current_and_larger_structs_and_refuses_smaller_ones(allreduce_example):
     # Built with the example: 1.0-sized structs work, smaller ones are refused
     # naming the struct, and a later minor's larger struct is written only as
     # far as this library's fields go.

@@ -1,9 +1,13 @@
 # testing.py - starts real multi-process hvd jobs for test suites (hvd's own
 # and downstream ones): the real rendezvous store (HMAC and all) in this
 # process and one OS process per rank with the environment horovodrun would
-# give it. Every framework binding's tests use this one launcher.
-"""Run a snippet of Python as N real hvd ranks (for tests)."""
+# give it. Every framework binding's tests use this one launcher. Ranks
+# run a function of a real module (run_program), so a failure's traceback
+# names its file and line; report() is how a rank hands its result back.
+# horovodrun() runs the launcher itself, for every package's command-line tests.
+"""Run N real hvd ranks (or horovodrun) for tests."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -14,7 +18,8 @@ from dataclasses import dataclass
 
 from horovod.common.rendezvous import RendezvousServer, make_secret
 
-__all__ = ["RankResult", "rank_env", "run", "run_ok"]
+__all__ = ["RankResult", "horovodrun", "program_argv", "rank_env", "report", "run", "run_ok", "run_program",
+           "run_program_ok"]
 
 
 @dataclass
@@ -32,6 +37,19 @@ class RankResult:
         """The last non-empty stdout line, parsed as JSON (None when there is none)."""
         lines = [line for line in self.stdout.strip().splitlines() if line.strip()]
         return json.loads(lines[-1]) if lines else None
+
+
+def report(value):
+    """Writes `value` as one JSON line on stdout: what run_ok() hands back for this rank.
+
+    A rank calls it last (run_program() calls it with the rank function's
+    return value); earlier lines are ignored by RankResult.last_json(). The
+    line goes out in a single write(2) after whatever print() buffered, so
+    ranks that share one pipe (as under a plain mpirun) do not interleave
+    their reports.
+    """
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (json.dumps(value) + "\n").encode())
 
 
 def rank_env(rank, size, port, secret, hosts=None, extra=None):
@@ -108,3 +126,67 @@ def run_ok(size, code, **kwargs):
     for res in results:
         assert res.returncode == 0, str(res)
     return [res.last_json() for res in results]
+
+
+def _program_script(target, path, kwargs):
+    # The -c script each rank runs: a few lines that import the real module,
+    # so tracebacks point into it rather than at <string>.
+    return ("import sys\nsys.path.insert(0, %r)\nfrom horovod.common import testing\n"
+            "testing._run_rank_function(%r, %r)\n" % (path or os.getcwd(), target, json.dumps(kwargs or {})))
+
+
+def _run_rank_function(target, kwargs_json):
+    module_name, _, function_name = target.partition(":")
+    function = getattr(importlib.import_module(module_name), function_name)
+    result = function(**json.loads(kwargs_json))
+    if result is not None:
+        report(result)
+
+
+def program_argv(target, path=None, kwargs=None):
+    """The command line that runs the function `target` (as run_program() does) in one plain process.
+
+    For tests of a process outside any job (no rank environment, no store).
+    """
+    return [sys.executable, "-c", _program_script(target, path, kwargs)]
+
+
+def run_program(size, target, path=None, kwargs=None, **run_kwargs):
+    """Runs the function `target` ("package.module:function") as `size` ranks; like run().
+
+    The module is imported from `path` (default: this process's working directory), the
+    function is called with `kwargs` (JSON-serialisable) and, when it returns
+    something other than None, its value is report()ed. Other arguments are
+    run()'s (timeout, hosts, env, rank_env_overrides, kill_when_done, cwd).
+    """
+    return run(size, _program_script(target, path, kwargs), **run_kwargs)
+
+
+def run_program_ok(size, target, path=None, kwargs=None, **run_kwargs):
+    """Like run_program(), but asserts every rank exited 0; returns what each rank reported, in rank order."""
+    return run_ok(size, _program_script(target, path, kwargs), **run_kwargs)
+
+
+def horovodrun(*args, env=None, timeout=120, cwd=None, **subprocess_kwargs):
+    """Runs `horovodrun ARGS...` to completion; returns its subprocess.CompletedProcess (text output).
+
+    The launcher runs as `python -m horovod.runner` under this interpreter, so
+    it is the test environment's hvd-launch. `env` is the launcher's whole
+    environment; by default this process's, without the HOROVOD_* and
+    HVDRUN_* variables of any enclosing job. stdin is closed. A run that
+    outlives `timeout` seconds is killed and fails the test with everything
+    it printed, rather than hanging the suite.
+    """
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "HVDRUN_"))}
+        env["PYTHONUNBUFFERED"] = "1"
+    command = [sys.executable, "-m", "horovod.runner"] + [str(a) for a in args]
+    subprocess_kwargs.setdefault("stdin", subprocess.DEVNULL)
+    try:
+        return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              **subprocess_kwargs)
+    except subprocess.TimeoutExpired as e:
+        def text(output):
+            return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+        raise AssertionError("horovodrun %s did not finish within %s s\n--- stdout\n%s\n--- stderr\n%s"
+                             % (" ".join(command[3:]), timeout, text(e.stdout), text(e.stderr))) from None

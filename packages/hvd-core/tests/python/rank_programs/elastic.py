@@ -1,13 +1,12 @@
-# elastic_scenarios.py - what each rank runs in test_elastic.py: the shared
+# elastic.py - what each rank runs in test_elastic.py: the shared
 # elastic worker side (State, ObjectState, run_fn) on the numpy API. Each
 # scenario prints one JSON line with what the test checks.
 """Rank programs for test_elastic.py (run as real hvd ranks)."""
 
-import json
-
 import numpy as np
 
 import horovod.common as hvd
+from horovod.common import testing
 from horovod.common.elastic import HostUpdateResult, ObjectState, notification_manager, run_fn
 
 
@@ -22,9 +21,6 @@ def _diverge(tag):
     every rank after HOROVOD_PEER_TIMEOUT_SECONDS."""
     hvd.allreduce(np.zeros(1, np.float32), name="%s.only_rank_%d" % (tag, hvd.rank()))
 
-
-def _report(**values):
-    print(json.dumps(values), flush=True)
 
 
 def object_state_sync_restore_commit():
@@ -43,7 +39,8 @@ def object_state_sync_restore_commit():
     state.commit()
     state.epoch = 12
     state.restore()
-    _report(after_sync=after_sync, after_restore=after_restore, after_commit_restore=[state.epoch, state.batch])
+    testing.report(dict(after_sync=after_sync, after_restore=after_restore,
+                        after_commit_restore=[state.epoch, state.batch]))
 
 
 def host_updates_raise_on_every_rank():
@@ -81,7 +78,7 @@ def host_updates_raise_on_every_rank():
         notification_manager.handle_hosts_updated(401, HostUpdateResult.added)
     outcomes.append(commit_outcome())
     notification_manager.remove_listener(state)
-    _report(outcomes=outcomes)
+    testing.report(dict(outcomes=outcomes))
 
 
 class _CountingState(ObjectState):
@@ -117,7 +114,7 @@ def run_rolls_back_and_rejoins_after_failure():
         return state.step
 
     result = train(state)
-    _report(result=result, calls=calls, resets=resets, syncs=state.syncs, total=state.total)
+    testing.report(dict(result=result, calls=calls, resets=resets, syncs=state.syncs, total=state.total))
 
 
 def hvd_elastic_run(func):
@@ -146,7 +143,7 @@ def ranks_agree_whether_to_sync():
         return hvd.allreduce(np.array([float(state.value)]), op=hvd.Sum, name="after")[0]
 
     result = train(state)
-    _report(result=float(result), attempts=attempts, syncs=state.syncs)
+    testing.report(dict(result=float(result), attempts=attempts, syncs=state.syncs))
 
 
 def skip_sync_when_every_rank_agrees():
@@ -164,4 +161,20 @@ def skip_sync_when_every_rank_agrees():
         return state.value
 
     result = train(state)
-    _report(result=result, attempts=attempts, syncs=state.syncs)
+    testing.report(dict(result=result, attempts=attempts, syncs=state.syncs))
+
+
+def run_on_a_single_process():
+    hvd.init()
+    state = ObjectState(hvd.broadcast_object, hvd.rank, n=0)
+    calls = []
+
+    def train(state):
+        calls.append(state.n)
+        state.n += 1
+        state.commit()
+        if len(calls) == 1:
+            state.n += 5
+            raise hvd.HorovodInternalError("simulated")
+        return state.n
+    testing.report({"result": run_fn(train, _reset)(state), "calls": calls})

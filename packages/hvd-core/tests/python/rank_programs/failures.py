@@ -1,0 +1,118 @@
+# failures.py - rank side of test_failures.py: peers that die, freeze, shut
+# down or abort, and what the survivors see.
+"""Rank programs for test_failures.py."""
+
+import os
+import signal
+import time
+
+import numpy as np
+
+import horovod.common as hvd
+from horovod.common import c_api
+
+
+def peer_stops_mid_loop(victim, signal_name):
+    """Rank `victim` sends itself `signal_name` while the others loop on allreduce."""
+    hvd.init()
+    rank = hvd.rank()
+    x = np.ones(1000, np.float32)
+    for i in range(20):
+        hvd.allreduce(x, name="warm.%d" % i)
+    if rank == victim:
+        os.kill(os.getpid(), getattr(signal, signal_name))
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30:
+            hvd.allreduce(x, name="loop")
+        return {"error": None}
+    except hvd.HorovodInternalError as e:
+        elapsed = time.time() - t0
+        # Every later collective fails the same way, at once.
+        try:
+            hvd.allreduce(x, name="later")
+            later = None
+        except hvd.HorovodInternalError as e2:
+            later = str(e2)
+        return {"error": str(e), "elapsed": elapsed, "later": later}
+
+
+def peer_dies_while_idle():
+    hvd.init()
+    if hvd.rank() == 1:
+        hvd.allreduce(np.ones(1, np.float32))
+        os.kill(os.getpid(), signal.SIGKILL)
+    hvd.allreduce(np.ones(1, np.float32))
+    time.sleep(2)
+    t0 = time.time()
+    try:
+        hvd.allreduce(np.ones(1, np.float32))
+        print("no error")
+    except hvd.HorovodInternalError as e:
+        print("error after %.2f s: %s" % (time.time() - t0, e))
+
+
+def shutdown_and_init_three_times():
+    out = []
+    for attempt in range(3):
+        hvd.init()
+        out.append(hvd.allreduce(np.full(3, hvd.rank() + attempt, np.float32), op=hvd.Sum).tolist())
+        hvd.shutdown()
+        out.append(hvd.is_initialized())
+    try:
+        hvd.allreduce(np.ones(1, np.float32))
+        out.append("no error")
+    except ValueError as e:
+        out.append(str(e))
+    return out
+
+
+def rank_0_shuts_down_while_rank_1_waits():
+    hvd.init()
+    if hvd.rank() == 0:
+        hvd.shutdown()
+        print("shut down")
+    else:
+        try:
+            hvd.allreduce(np.ones(1, np.float32), name="never")
+            print("no error")
+        except hvd.HorovodInternalError as e:
+            print("internal:", e)
+
+
+def rank_2_aborts():
+    lib = c_api.lib()
+    pair = hvd.ProcessSet([0, 1])
+    hvd.init(process_sets=[pair])
+    hvd.allreduce(np.ones(1), name="warm")
+    t0 = time.time()
+    out = {}
+    if hvd.rank() == 2:
+        time.sleep(0.5)
+        c_api.check(lib.hvd_abort(b"input pipeline broke", 20))
+        try:
+            hvd.allreduce(np.ones(1), name="after")
+        except hvd.HorovodInternalError as e:
+            out["error"] = str(e)
+    else:
+        try:
+            hvd.allreduce(np.ones(1), name="never")
+        except hvd.HorovodInternalError as e:
+            out["error"] = str(e)
+        try:  # a set without rank 2 ends too: the engine as a whole has failed
+            hvd.allreduce(np.ones(1), name="pair", process_set=pair)
+            out["pair"] = None
+        except hvd.HorovodInternalError as e:
+            out["pair"] = str(e)
+    out["seconds"] = time.time() - t0
+    try:
+        c_api.check(lib.hvd_get_async_error())
+        out["async"] = None
+    except hvd.HorovodInternalError as e:
+        out["async"] = str(e)
+    hvd.init()
+    out["after"] = hvd.allreduce(np.ones(1), op=hvd.Sum, name="again").tolist()
+    hvd.barrier()
+    hvd.shutdown()
+    c_api.check(lib.hvd_abort(None, 0))  # no engine: nothing to do
+    return out

@@ -1,0 +1,80 @@
+# interrupts.py - rank side of test_interrupts.py: signals arriving while a
+# rank waits on a collective.
+"""Rank programs for test_interrupts.py."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+
+import horovod.common as hvd
+
+
+def rank_0_interrupted_in_an_allreduce(marker_dir):
+    # A rank started from a background job inherits SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler: put it in place, as a terminal has.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    hvd.init()
+    out = {}
+    x = np.arange(4, dtype=np.float32) + hvd.rank()
+    # Rank 1 submits "late" only once rank 0 has been interrupted in it (a file
+    # says so), however slowly a loaded machine runs the ranks.
+    marker = os.path.join(marker_dir, "interrupted")
+    if hvd.rank() == 0:
+        sent = []
+
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(0.5, interrupt).start()
+        try:
+            hvd.allreduce_(x, op=hvd.Sum, name="late")
+            out["interrupted"] = False
+        except KeyboardInterrupt:
+            out["interrupted"] = True
+            out["waited"] = time.monotonic() - sent[0]  # from the signal to the exception
+        open(marker, "w").close()
+    else:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hvd.allreduce_(x, op=hvd.Sum, name="late")
+    # The interrupted allreduce was still in flight on rank 0 and completed once
+    # rank 1 submitted it: into x, which hvd kept alive.
+    after = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="after")
+    out["x"] = x.tolist()
+    out["after"] = after.tolist()
+    return out
+
+
+class Alarm(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise Alarm()
+
+
+def rank_0_alarmed_in_a_wait():
+    """Rank 0 prints how long the alarm took to end its wait, then "shut down" (as does rank 1)."""
+    hvd.init()
+    if hvd.rank() == 0:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        buf = np.ones(1 << 16, np.float32)
+        handle = hvd.allreduce_async_(buf, name="never")  # rank 1 never submits it
+        start = time.monotonic()
+        try:
+            hvd.synchronize(handle)
+            print("no alarm")
+        except Alarm:
+            print("alarm after %.2f s" % (time.monotonic() - start))
+        # The handle is still pending; shutdown fails it and frees what it held.
+        hvd.shutdown()
+        print("shut down")
+    else:
+        time.sleep(3)
+        hvd.shutdown()
+        print("shut down")
