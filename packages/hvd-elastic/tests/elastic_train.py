@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 import time
 
 import torch

@@ -49,7 +49,8 @@ def base_env(**overrides):
         if name.startswith(("HVDRUN_", "HOROVOD_")):
             del env[name]
     if _EXTRA_PATHS:
-        env["PYTHONPATH"] = os.pathsep.join(_EXTRA_PATHS + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(_EXTRA_PATHS + inherited)
     # Short grace period keeps the failure tests quick.
     env["HVDRUN_KILL_GRACE_SECONDS"] = "2"
     env.update(overrides)

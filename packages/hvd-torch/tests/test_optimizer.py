@@ -402,8 +402,8 @@ print(json.dumps(done))
 def test_distributed_optimizer(size):
     results = run_ok(size, OPTIMIZER_CHECKS, timeout=180, env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
     expected = {"average", "param_groups", "skip_synchronize", "backward_passes_per_step", "groups",
-                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "buckets", "validation", "adasum",
-                "adam_identical", "channels_last"}
+                "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "buckets",
+                "validation", "adasum", "adam_identical", "channels_last"}
     if size > 1:
         expected.add("zero_grad_assertion")
     if size == 3:

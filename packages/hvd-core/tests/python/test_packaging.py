@@ -318,7 +318,8 @@ def c_layouts(tmp_path_factory):
                            + _hvd_core_config("--cflags").split(), capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     layouts = {}
-    for line in subprocess.run([str(folder / "layouts")], capture_output=True, text=True, check=True).stdout.splitlines():
+    printed = subprocess.run([str(folder / "layouts")], capture_output=True, text=True, check=True).stdout
+    for line in printed.splitlines():
         name, *numbers = line.split()
         layouts[name] = tuple(int(n) for n in numbers) if len(numbers) > 1 else int(numbers[0])
     return layouts

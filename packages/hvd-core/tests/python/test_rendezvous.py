@@ -13,7 +13,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -25,7 +24,7 @@ try:
 except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(PACKAGE_ROOT / "python"))
 
-from horovod.common.rendezvous import (RendezvousAuthError, RendezvousClient, RendezvousError,
+from horovod.common.rendezvous import (RendezvousAuthError, RendezvousClient, RendezvousError,  # noqa: E402
                                        RendezvousServer, RendezvousTimeoutError, make_secret)
 
 

@@ -93,7 +93,6 @@ class _CountingState(ObjectState):
 
 def run_rolls_back_and_rejoins_after_failure():
     hvd.init()
-    rank = hvd.rank()
     state = _CountingState(step=0, total=0.0)
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
