@@ -332,23 +332,24 @@ def _offsets(fmt):
 
 
 def test_packed_argument_layouts_match_the_header(c_layouts):
-    # handles.py packs the enqueue arguments with struct formats for speed;
+    # engine_calls.py packs the enqueue arguments with struct formats for speed;
     # every field must sit where the C compiler puts it.
-    from horovod.common import handles
-    dl = _offsets(handles._DLTENSOR)  # data, device type, device id, ndim, code, bits, lanes, shape, strides, offset
+    from horovod.common import engine_calls
+    # data, device type, device id, ndim, code, bits, lanes, shape, strides, offset
+    dl = _offsets(engine_calls._DLTENSOR)
     assert [dl[0], dl[1], dl[3], dl[4], dl[7], dl[8], dl[9]] == [
         c_layouts["DLTensor." + f] for f in ("data", "device", "ndim", "dtype", "shape", "strides", "byte_offset")]
-    assert handles._DLTENSOR.size == c_layouts["DLTensor"][1]
-    ta = _offsets(handles._TENSOR_ARGS)
+    assert engine_calls._DLTENSOR.size == c_layouts["DLTensor"][1]
+    ta = _offsets(engine_calls._TENSOR_ARGS)
     assert ta[1:] == [c_layouts["hvd_tensor_args." + f] for f in ("input", "output", "splits", "num_splits", "name",
                                                                    "name_len")]
-    assert handles._TENSOR_ARGS.size == c_layouts["hvd_tensor_args"][0]
-    ea = _offsets(handles._ENQUEUE_ARGS)
+    assert engine_calls._TENSOR_ARGS.size == c_layouts["hvd_tensor_args"][0]
+    ea = _offsets(engine_calls._ENQUEUE_ARGS)
     assert ea[1:] == [c_layouts["hvd_enqueue_args." + f] for f in (
         "collective", "process_set_id", "reduce_op", "root_rank", "prescale_factor", "postscale_factor", "tensors",
         "num_tensors", "alloc", "alloc_ctx", "on_done", "on_done_ctx", "flags", "device_stream")]
-    assert handles._ENQUEUE_ARGS_SIZE == c_layouts["hvd_enqueue_args"][0]
-    assert handles._ENQUEUE_ARGS_SPAN == c_layouts["hvd_enqueue_args"][1]
+    assert engine_calls._ENQUEUE_ARGS_SIZE == c_layouts["hvd_enqueue_args"][0]
+    assert engine_calls._ENQUEUE_ARGS_SPAN == c_layouts["hvd_enqueue_args"][1]
 
 
 @pytest.mark.parametrize("structure,c_name", [("InitArgs", "hvd_init_args"), ("Topology", "hvd_topology"),

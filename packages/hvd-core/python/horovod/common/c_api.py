@@ -78,7 +78,7 @@ class GpuInfo(Structure):
                 ("message_len", c_size_t)]
 
 
-# hvd_enqueue_args and hvd_tensor_args are packed by handles.py (struct
+# hvd_enqueue_args and hvd_tensor_args are packed by engine_calls.py (struct
 # formats, checked against the header by test_packaging.py).
 ENQUEUE_CALLER_WAITS = 1
 ENQUEUE_ROOT_RANK_GLOBAL = 2

@@ -10,7 +10,7 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.handles import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
+from horovod.common.engine_calls import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
                                     received_splits, result, run_sync)
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of

@@ -5,7 +5,7 @@
 import numpy as np
 
 import horovod.common as hvd
-from horovod.common import c_api, handles
+from horovod.common import c_api, engine_calls
 
 
 def gpu_info():
@@ -15,9 +15,9 @@ def gpu_info():
 def enqueue_on_device(device_type, name):
     """Enqueues a 4-float allreduce described as living on DLPack `device_type`; returns the error, if any."""
     hvd.init()
-    desc = handles.TensorDesc(0x10000, (4,), c_api.kDLFloat, 32, device_type=device_type, device_id=0)
+    desc = engine_calls.TensorDesc(0x10000, (4,), c_api.kDLFloat, 32, device_type=device_type, device_id=0)
     try:
-        handles.enqueue(c_api.ALLREDUCE, [desc], [name.encode()])
+        engine_calls.enqueue(c_api.ALLREDUCE, [desc], [name.encode()])
         return {"error": None}
     except Exception as e:
         return {"error": "%s: %s" % (type(e).__name__, e)}

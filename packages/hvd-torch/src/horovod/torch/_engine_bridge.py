@@ -19,7 +19,7 @@ from horovod.common import c_api
 from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.handles import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
+from horovod.common.engine_calls import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
                                     received_splits, result, run_sync)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
 

@@ -26,7 +26,7 @@ from horovod.torch.compression import Compression
 # The bridge's internals were defined here before it had a module of its own;
 # kept importable from here for code written against that layout.
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401,E402
-from horovod.common.handles import HandleManager, TensorDesc, full_name, result, run_sync  # noqa: F401,E402
+from horovod.common.engine_calls import HandleManager, TensorDesc, full_name, result, run_sync  # noqa: F401,E402
 from horovod.torch._engine_bridge import (_DLPACK_TYPES, _CoreMismatchError, _PyCapsule_New,  # noqa: F401,E402
                                           _check_one_device, _cuda_in_engine, _describe, _describe_like,
                                           _owned_result_to_torch, _raise_torch_error, _run_sync, _tensor_names,

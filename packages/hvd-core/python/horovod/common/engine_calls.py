@@ -1,4 +1,4 @@
-# handles.py - the binding-neutral half of every collective: build DLPack
+# engine_calls.py - the binding-neutral half of every collective: build DLPack
 # descriptors, enqueue through the C ABI, hand out Horovod-style integer
 # handles, wait, and fetch results. horovod.common.collectives (numpy) and
 # the framework bindings are thin layers over this.
