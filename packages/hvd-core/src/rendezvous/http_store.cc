@@ -348,15 +348,17 @@ class HttpStore : public Store {
                          const std::string& what) {
     std::string timestamp = std::to_string(static_cast<long long>(std::time(nullptr)));
     std::string nonce = random_hex(16);
-    std::string canonical = "hvd-rendezvous-v1\n" + method + "\n" + target + "\n" + timestamp +
-                            "\n" + nonce + "\n" + to_hex(sha256(body.data(), body.size()));
+    std::string body_digest = to_hex(sha256(body.data(), body.size()));
+    std::string canonical =
+        "hvd-rendezvous-v1\n" + method + "\n" + target + "\n" + timestamp + "\n" + nonce + "\n" + body_digest;
     std::string signature = to_hex(hmac_sha256(secret_, canonical));
 
     std::string request = method + " " + target + " HTTP/1.1\r\n" + "Host: " + address() +
                           "\r\nConnection: close\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\nX-Hvd-Timestamp: " + timestamp +
                           "\r\nX-Hvd-Nonce: " + nonce + "\r\nX-Hvd-Signature: " + signature +
-                          "\r\n\r\n" + body;
+                          // The store checks the signature against this digest before it reads the body.
+                          "\r\nX-Hvd-Content-SHA256: " + body_digest + "\r\n\r\n" + body;
 
     // Connecting gets at least a second even when the caller's deadline is
     // (nearly) past, so get(key, 0) still means "look once".

@@ -11,10 +11,12 @@ import os
 import pathlib
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -26,6 +28,7 @@ except ImportError:  # running from a source checkout without installing
 
 from horovod.common.rendezvous import (RendezvousAuthError, RendezvousClient, RendezvousError,  # noqa: E402
                                        RendezvousServer, RendezvousTimeoutError, make_secret)
+from horovod.common import rendezvous  # noqa: E402
 
 
 @pytest.fixture
@@ -64,6 +67,7 @@ def _send_signed(port, secret, method, target, body=b"", timestamp=None, nonce=N
             "X-Hvd-Timestamp": str(timestamp),
             "X-Hvd-Nonce": nonce,
             "X-Hvd-Signature": hmac.new(secret.encode(), canonical, hashlib.sha256).hexdigest(),
+            "X-Hvd-Content-SHA256": hashlib.sha256(signed_body).hexdigest(),
         })
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
@@ -292,6 +296,130 @@ def test_rejection_is_logged_with_client_address(server, caplog):
         _send_signed(server.port, None, "PUT", "/v1/kv/k", b"v", sign=False)
     messages = [r.getMessage() for r in caplog.records if r.name == "horovod.rendezvous"]
     assert any("127.0.0.1" in m and "unsigned" in m for m in messages), messages
+
+
+# -- hostile clients -------------------------------------------------------------
+
+def _raw_connection(port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.settimeout(10)
+    return sock
+
+
+def _read_until_closed(sock):
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_unauthenticated_body_is_refused_before_it_is_read(server):
+    # Headers announcing the largest body the store takes, signed with a wrong
+    # secret, and no body at all: the 401 must come back at once. A store that
+    # read the body before checking the signature would wait for the 16 MiB.
+    sock = _raw_connection(server.port)
+    try:
+        sock.sendall(b"PUT /v1/kv/k HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                     b"X-Hvd-Timestamp: %d\r\nX-Hvd-Nonce: %s\r\nX-Hvd-Signature: %s\r\n"
+                     b"X-Hvd-Content-SHA256: %s\r\n\r\n"
+                     % (rendezvous.MAX_BODY_BYTES, int(time.time()), secrets.token_hex(16).encode(),
+                        b"0" * 64, hashlib.sha256(b"x").hexdigest().encode()))
+        start = time.monotonic()
+        answer = _read_until_closed(sock)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert b"bad signature" in answer
+    assert time.monotonic() - start < 3
+    assert server.rejected_requests == 1
+
+
+def test_request_without_the_body_digest_header_is_rejected(server, secret):
+    # The signature alone no longer suffices: the store must know what the
+    # signed digest is before it reads the body.
+    timestamp, nonce = int(time.time()), secrets.token_hex(16)
+    canonical = b"\n".join([b"hvd-rendezvous-v1", b"PUT", b"/v1/kv/k", str(timestamp).encode(), nonce.encode(),
+                            hashlib.sha256(b"v").hexdigest().encode()])
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("PUT", "/v1/kv/k", body=b"v", headers={
+            "X-Hvd-Timestamp": str(timestamp), "X-Hvd-Nonce": nonce,
+            "X-Hvd-Signature": hmac.new(secret.encode(), canonical, hashlib.sha256).hexdigest()})
+        response = conn.getresponse()
+        assert response.status == 401 and b"missing signature headers" in response.read()
+    finally:
+        conn.close()
+
+
+def test_a_client_that_stalls_mid_request_loses_its_connection(secret, monkeypatch):
+    # Every read and write of a request has a deadline by default (without
+    # one a silent client holds its thread for ever); shortened here to 1 s.
+    assert 0 < rendezvous._SignedRequestHandler.timeout <= 30
+    monkeypatch.setattr(rendezvous._SignedRequestHandler, "timeout", 1.0)
+    with RendezvousServer(secret, host="127.0.0.1") as srv:
+        for partial in (b"", b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n"):
+            sock = _raw_connection(srv.port)
+            try:
+                sock.sendall(partial)
+                start = time.monotonic()
+                _read_until_closed(sock)  # the store closes it: recv returns b""
+                assert 0.5 < time.monotonic() - start < 5, partial
+            finally:
+                sock.close()
+
+
+def test_silent_connections_beyond_the_cap_wait_instead_of_taking_threads(secret, monkeypatch):
+    monkeypatch.setattr(rendezvous, "MAX_CONCURRENT_CONNECTIONS", 4)
+    monkeypatch.setattr(rendezvous._SignedRequestHandler, "timeout", 1.5)
+    with RendezvousServer(secret, host="127.0.0.1") as srv:
+        threads_before = threading.active_count()
+        silent = [_raw_connection(srv.port) for _ in range(12)]
+        try:
+            time.sleep(0.5)
+            assert threading.active_count() - threads_before <= 4
+            # A real client still gets through once the stalled ones time out.
+            client = RendezvousClient("127.0.0.1", srv.port, secret, timeout=20)
+            client.set("k", b"v")
+            assert client.get("k") == b"v"
+        finally:
+            for sock in silent:
+                sock.close()
+
+
+def test_other_methods_get_405_with_the_allowed_ones(server, secret):
+    for method in ("PATCH", "HEAD", "OPTIONS"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            conn.request(method, "/v1/kv/k", body=b"x" if method == "PATCH" else None)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 405, method
+            assert response.getheader("Allow") == "GET, PUT, POST, DELETE"
+        finally:
+            conn.close()
+
+
+@pytest.mark.parametrize("wait", ["nan", "inf", "-inf", "soon"])
+def test_signed_get_with_a_wait_that_is_not_a_finite_number_is_refused(server, secret, wait):
+    start = time.monotonic()
+    status, body, _, _ = _send_signed(server.port, secret, "GET", "/v1/kv/k?wait=" + wait)
+    assert status == 400 and b"wait" in body
+    assert time.monotonic() - start < 2
+
+
+def test_a_flood_of_rejected_requests_is_counted_but_logged_in_summary(server, caplog):
+    floods = rendezvous.REJECTIONS_LOGGED_INDIVIDUALLY + 30
+    long_key = "/v1/kv/" + "\x1b[31m" * 2 + "k" * 5000
+    with caplog.at_level(logging.WARNING, logger="horovod.rendezvous"):
+        for _ in range(floods):
+            _send_signed(server.port, None, "PUT", urllib.parse.quote(long_key, safe="/"), b"v", sign=False)
+    assert server.rejected_requests == floods
+    messages = [r.getMessage() for r in caplog.records if r.name == "horovod.rendezvous"]
+    assert rendezvous.REJECTIONS_LOGGED_INDIVIDUALLY <= len(messages) <= rendezvous.REJECTIONS_LOGGED_INDIVIDUALLY + 1
+    assert any("more request" in m for m in messages), messages[-1]
+    assert all(len(m) < 400 for m in messages), max(messages, key=len)
 
 
 def test_client_with_wrong_secret_raises_auth_error(server):

@@ -15,6 +15,7 @@ import hmac
 import http.client
 import http.server
 import logging
+import math
 import re
 import secrets
 import sys
@@ -38,6 +39,10 @@ RESPONSE_TAG = b"hvd-rendezvous-v1-response"
 HEADER_TIMESTAMP = "X-Hvd-Timestamp"
 HEADER_NONCE = "X-Hvd-Nonce"
 HEADER_SIGNATURE = "X-Hvd-Signature"
+# The body's SHA-256 (hex), which the signature covers: the server checks the
+# signature against it before it reads a single byte of the body, so a client
+# without the secret cannot make the store buffer its uploads.
+HEADER_CONTENT_SHA256 = "X-Hvd-Content-SHA256"
 # Requests signed further than this from the server's clock are refused, and
 # nonces are remembered exactly this long (a replay after that is stale).
 MAX_CLOCK_SKEW_SECONDS = 300
@@ -45,6 +50,22 @@ MAX_CLOCK_SKEW_SECONDS = 300
 # client can occupy one. Clients repeat the request to wait longer.
 MAX_WAIT_SECONDS = 30.0
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# A client gets this long for each read of its request (request line, headers,
+# body) and each write of the answer; one that stalls longer loses its
+# connection, so silent connections cannot hold server threads.
+REQUEST_IO_TIMEOUT_SECONDS = 10.0
+# Connections served at once (one thread each). A job needs a few per rank;
+# the rest wait in the listen backlog until a thread is free.
+MAX_CONCURRENT_CONNECTIONS = 1024
+LISTEN_BACKLOG = 1024
+# A rejected request is logged individually up to this many times, then as
+# one summary line at most every REJECTION_SUMMARY_SECONDS.
+REJECTIONS_LOGGED_INDIVIDUALLY = 20
+REJECTION_SUMMARY_SECONDS = 60.0
+# Unauthenticated bodies up to this size are read and dropped so the client
+# reads a clean 401; larger ones are not read at all (the connection closes).
+_DRAIN_REJECTED_BODY_BYTES = 64 * 1024
+_HEX_SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 _NONCE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
 _UNRESERVED = "-._~"
 
@@ -74,11 +95,17 @@ def _sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def _request_canonical(method, target, timestamp, nonce, body):
+def _request_canonical(method, target, timestamp, nonce, body_sha256_hex):
     return b"\n".join([
         PROTOCOL_TAG, method.encode("ascii"), target.encode("latin-1"),
         str(timestamp).encode("ascii"), nonce.encode("ascii"),
-        _sha256_hex(body).encode("ascii")])
+        body_sha256_hex.encode("ascii")])
+
+
+def _printable(text, limit=80):
+    """`text` (client-controlled) made safe for one log line: escaped, cut to `limit` characters."""
+    escaped = text.encode("unicode_escape").decode("ascii")
+    return escaped if len(escaped) <= limit else escaped[:limit] + "...(%d characters)" % len(escaped)
 
 
 def _response_canonical(status, nonce, body):
@@ -171,6 +198,8 @@ class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
     # connection; ours send "Connection: close".
     protocol_version = "HTTP/1.1"
     server_version = "hvd-rendezvous/1"
+    # The socket timeout of every read and write (StreamRequestHandler applies it).
+    timeout = REQUEST_IO_TIMEOUT_SECONDS
 
     def do_GET(self):
         self._handle("GET")
@@ -183,6 +212,14 @@ class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._handle("DELETE")
+
+    def _method_not_allowed(self):
+        # Any other method: 405 (BaseHTTPRequestHandler would answer 501),
+        # without reading a body.
+        self.close_connection = True
+        self._send_plain(405, b"method not allowed\n", allow="GET, PUT, POST, DELETE")
+
+    do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
 
     def log_message(self, format, *args):
         # The default writes every request to stderr; only verbose servers log them.
@@ -199,8 +236,23 @@ class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self._send_plain(413 if length > MAX_BODY_BYTES else 400, b"bad Content-Length\n")
             return
-        body = self.rfile.read(length) if length else b""
-        reason, nonce = rendezvous._authenticate(method, self.path, self.headers, body)
+        # The headers alone prove the client holds the secret (the signature
+        # covers the body's claimed digest), so nothing of an unauthenticated
+        # body is buffered.
+        reason, timestamp, nonce = rendezvous._authenticate(method, self.path, self.headers)
+        if reason is None:
+            body = self.rfile.read(length) if length else b""
+            if len(body) != length:
+                self.close_connection = True
+                return  # the client went away mid-body: nothing to answer
+            if not hmac.compare_digest(_sha256_hex(body), self.headers[HEADER_CONTENT_SHA256].lower()):
+                reason = "body does not match its signed digest (altered in transit)"
+            elif not rendezvous._nonces.claim(nonce, timestamp, time.time()):
+                reason = "replayed request (nonce already used)"
+        elif length <= _DRAIN_REJECTED_BODY_BYTES:
+            self.rfile.read(length)  # small: read it so the client sees the 401 cleanly
+        else:
+            self.close_connection = True
         if reason is not None:
             rendezvous._record_rejection(self.client_address, method, self.path, reason)
             self._send_plain(401, ("rejected: %s\n" % reason).encode("ascii"))
@@ -208,10 +260,14 @@ class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
         status, response_body = rendezvous._dispatch(method, self.path, body)
         self._send_signed(status, response_body, nonce)
 
-    def _send_plain(self, status, body):
+    def _send_plain(self, status, body, allow=None):
         self.send_response(status)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
+        if allow:
+            self.send_header("Allow", allow)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -230,6 +286,33 @@ class _ThreadingServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     # The launcher may restart on the same port right after a failed job.
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, *args, **kwargs):
+        # Taken by the accepting thread before a connection gets its thread and
+        # given back when that thread ends: at most this many are served at
+        # once, and the accept loop waits (connections queue in the backlog)
+        # rather than starting threads without bound.
+        self._connection_slots = threading.BoundedSemaphore(MAX_CONCURRENT_CONNECTIONS)
+        self.stopping = threading.Event()  # set before shutdown(): stop waiting for a slot
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        while not self._connection_slots.acquire(timeout=0.1):
+            if self.stopping.is_set():
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connection_slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connection_slots.release()
 
     def handle_error(self, request, client_address):
         # A client that went away (a worker stopped while it waited for a key)
@@ -265,6 +348,8 @@ class RendezvousServer:
         self._nonces = _NonceRegistry()
         self._rejections_lock = threading.Lock()
         self._rejected_requests = 0
+        self._rejections_not_logged = 0
+        self._next_rejection_summary = 0.0
         self._httpd = None
         self._thread = None
 
@@ -310,6 +395,7 @@ class RendezvousServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        httpd.stopping.set()
         httpd.shutdown()
         httpd.server_close()
         self._thread.join()
@@ -347,34 +433,59 @@ class RendezvousServer:
 
     # -- request processing (called from the handler threads) --------------
 
-    def _authenticate(self, method, target, headers, body):
-        """Returns (None, nonce) for a good request, else (reason, None)."""
+    def _authenticate(self, method, target, headers):
+        """Checks a request's signature headers, before its body is read.
+
+        Returns (None, timestamp, nonce) when the signature over the claimed
+        body digest is good and the request is fresh, else (reason, None, None).
+        The caller then checks the body against the digest and claims the
+        nonce, so neither unsigned traffic nor a body altered in transit can
+        use up a legitimate client's nonce.
+        """
         timestamp_text = headers.get(HEADER_TIMESTAMP)
         nonce = headers.get(HEADER_NONCE)
         signature = headers.get(HEADER_SIGNATURE)
-        if timestamp_text is None or nonce is None or signature is None:
-            return "unsigned request (missing signature headers)", None
+        body_digest = headers.get(HEADER_CONTENT_SHA256)
+        if timestamp_text is None or nonce is None or signature is None or body_digest is None:
+            return "unsigned request (missing signature headers)", None, None
         try:
             timestamp = int(timestamp_text)
         except ValueError:
-            return "malformed timestamp", None
+            return "malformed timestamp", None, None
         if not _NONCE_PATTERN.match(nonce):
-            return "malformed nonce", None
-        expected = _hmac_hex(self._key, _request_canonical(method, target, timestamp, nonce, body))
+            return "malformed nonce", None, None
+        body_digest = body_digest.strip().lower()
+        if not _HEX_SHA256_PATTERN.match(body_digest):
+            return "malformed body digest", None, None
+        expected = _hmac_hex(self._key, _request_canonical(method, target, timestamp, nonce, body_digest))
         if not hmac.compare_digest(expected.encode("ascii"), signature.strip().lower().encode("latin-1")):
-            return "bad signature (wrong secret or request altered)", None
+            return "bad signature (wrong secret or request altered)", None, None
         now = time.time()
         if abs(now - timestamp) > MAX_CLOCK_SKEW_SECONDS:
-            return "stale request (timestamp %+.0f s from server clock)" % (timestamp - now), None
-        if not self._nonces.claim(nonce, timestamp, now):
-            return "replayed request (nonce already used)", None
-        return None, nonce
+            return "stale request (timestamp %+.0f s from server clock)" % (timestamp - now), None, None
+        return None, timestamp, nonce
 
     def _record_rejection(self, client_address, method, target, reason):
+        # Counted always; logged line by line only at first, then summarised,
+        # so a flood of bad requests cannot flood the launcher's log.
+        now = time.monotonic()
         with self._rejections_lock:
             self._rejected_requests += 1
-        logger.warning("rendezvous: rejected %s %s from %s:%s: %s",
-                       method, target, client_address[0], client_address[1], reason)
+            individually = self._rejected_requests <= REJECTIONS_LOGGED_INDIVIDUALLY
+            summary = None
+            if not individually:
+                self._rejections_not_logged += 1
+                if now >= self._next_rejection_summary:
+                    summary, self._rejections_not_logged = self._rejections_not_logged, 0
+                    self._next_rejection_summary = now + REJECTION_SUMMARY_SECONDS
+        if individually:
+            logger.warning("rendezvous: rejected %s %s from %s:%s: %s", method, _printable(target),
+                           client_address[0], client_address[1], reason)
+        elif summary:
+            logger.warning("rendezvous: rejected %d more request(s) (%d in all), the latest %s %s from %s: %s; "
+                           "further rejections are summarised at most every %.0f s",
+                           summary, self._rejected_requests, method, _printable(target), client_address[0],
+                           reason, REJECTION_SUMMARY_SECONDS)
 
     def _dispatch(self, method, target, body):
         """Applies an authenticated request; returns (status, body)."""
@@ -389,7 +500,9 @@ class RendezvousServer:
                 try:
                     wait = float(query.get("wait", ["0"])[0])
                 except ValueError:
-                    return 400, b"bad wait parameter\n"
+                    wait = math.nan
+                if not math.isfinite(wait):
+                    return 400, b"bad wait parameter (a finite number of seconds)\n"
                 wait = min(max(wait, 0.0), MAX_WAIT_SECONDS)
                 value = self._table.get(key, wait)
                 return (404, b"") if value is None else (200, value)
@@ -519,7 +632,8 @@ class RendezvousClient:
     def _send_once(self, method, target, body, expect, what, deadline):
         timestamp = int(time.time())
         nonce = secrets.token_hex(16)
-        signature = _hmac_hex(self._key, _request_canonical(method, target, timestamp, nonce, body))
+        body_digest = _sha256_hex(body)
+        signature = _hmac_hex(self._key, _request_canonical(method, target, timestamp, nonce, body_digest))
         # The socket timeout must outlast the server-side long-poll.
         io_timeout = max(1.0, deadline - time.monotonic()) + 10.0
         connection = http.client.HTTPConnection(self.addr, self.port, timeout=io_timeout)
@@ -534,6 +648,7 @@ class RendezvousClient:
                 HEADER_TIMESTAMP: str(timestamp),
                 HEADER_NONCE: nonce,
                 HEADER_SIGNATURE: signature,
+                HEADER_CONTENT_SHA256: body_digest,
             })
             response = connection.getresponse()
             response_body = response.read()
