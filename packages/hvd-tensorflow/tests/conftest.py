@@ -1,6 +1,7 @@
 # conftest.py - shared fixtures for hvd-tensorflow's tests: `tf_ranks` runs a
 # snippet as N real hvd ranks (horovod.common.testing: real rendezvous, one
-# OS process per rank) after `import horovod.tensorflow as hvd; hvd.init()`.
+# OS process per rank) after `import horovod.tensorflow as hvd; hvd.init()`,
+# or a function of a module in rank_programs/ (run_program_ok).
 # Starting TensorFlow costs seconds per process, so each test file launches
 # few jobs that check many things and return one JSON report per rank.
 import os
@@ -8,6 +9,8 @@ import os
 import pytest
 
 from horovod.common import testing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 PREAMBLE = r"""
 import json, os, sys, traceback
@@ -44,6 +47,11 @@ class _Ranks:
 
     def run_ok(self, size, code, timeout=180, env=None):
         return testing.run_ok(size, code, preamble=PREAMBLE, timeout=timeout, env=dict(RANK_ENV, **(env or {})))
+
+    def run_program_ok(self, size, target, kwargs=None, timeout=180, env=None):
+        """Runs rank_programs.<target> ("module:function"); every rank must exit 0; returns what each reported."""
+        return testing.run_program_ok(size, "rank_programs." + target, path=HERE, kwargs=kwargs, timeout=timeout,
+                                      env=dict(RANK_ENV, **(env or {})))
 
 
 @pytest.fixture(scope="session")

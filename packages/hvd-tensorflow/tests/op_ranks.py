@@ -1,25 +1,28 @@
-# op_ranks.py - runs TensorFlow snippets as N real hvd ranks
-# (horovod.common.testing) with `import horovod.tensorflow.mpi_ops as ops`
-# in front; TF kept to few threads since ranks share two cores.
-"""Helpers to run TensorFlow snippets as N real hvd ranks."""
+# op_ranks.py - runs a function of a module in rank_programs/ as N real hvd
+# ranks (horovod.common.testing) for the TF op-layer tests; TensorFlow is
+# kept quiet and to one OpenMP thread, and each rank program limits TF's own
+# threads (rank_programs/tensorflow_threads.py), since ranks share two cores.
+"""Helpers to run TensorFlow rank programs as N real hvd ranks."""
+
+import os
 
 from horovod.common import testing
 
-PREAMBLE = """
-import json, os, sys, time
-import numpy as np
-import tensorflow as tf
-tf.config.threading.set_inter_op_parallelism_threads(2)
-tf.config.threading.set_intra_op_parallelism_threads(1)  # and one inside each op
-import horovod.tensorflow.mpi_ops as ops
-"""
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"}
 
 
-def run(size, code, timeout=180, env=None):
-    return testing.run(size, code, preamble=PREAMBLE, timeout=timeout, env=dict(ENV, **(env or {})))
+def run_program(size, target, timeout=180, env=None, **kwargs):
+    """Runs rank_programs.<target> ("module:function") as `size` ranks; returns a RankResult per rank.
+
+    `env` is added to ENV; `kwargs` are testing.run_program()'s (`kwargs=` for the function, ...).
+    """
+    return testing.run_program(size, "rank_programs." + target, path=HERE, timeout=timeout,
+                               env=dict(ENV, **(env or {})), **kwargs)
 
 
-def run_ok(size, code, timeout=180, env=None):
-    return testing.run_ok(size, code, preamble=PREAMBLE, timeout=timeout, env=dict(ENV, **(env or {})))
+def run_program_ok(size, target, timeout=180, env=None, **kwargs):
+    """Like run_program(), but every rank must exit 0; returns what each rank reported."""
+    return testing.run_program_ok(size, "rank_programs." + target, path=HERE, timeout=timeout,
+                                  env=dict(ENV, **(env or {})), **kwargs)

@@ -1,7 +1,8 @@
 # test_ops.py - the TF op layer (horovod.tensorflow.mpi_ops) at 2 and 3 real
 # ranks: every collective in eager mode and inside tf.function, every dtype,
 # gradients, process sets, topology ops, and errors on every rank. Each
-# launch checks many things: a TF process start costs seconds.
+# launch checks many things: a TF process start costs seconds. The rank
+# side is rank_programs/ops.py.
 import os
 import subprocess
 import sys
@@ -12,94 +13,9 @@ import op_ranks
 
 DTYPES = ["uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 
-COLLECTIVES = r'''
-ops.init()
-r, n = ops.rank(), ops.size()
-out = {}
-def eager_and_graph(key, fn, *args):
-    # the same collective eagerly and inside tf.function: both must agree
-    e = fn(*args)
-    g = tf.function(fn)(*args)
-    out[key] = [np.asarray(e).tolist(), np.asarray(g).tolist()]
-
-for dt in %(dtypes)r:
-    dtype = tf.dtypes.as_dtype(dt)
-    x = tf.cast(tf.reshape(tf.range(6), [2, 3]) + r, dtype)
-    eager_and_graph("sum." + dt, lambda t: tf.cast(ops._allreduce(t, op=ops.Sum), tf.float64), x)
-    eager_and_graph("min." + dt, lambda t: tf.cast(ops._allreduce(t, op=ops.Min), tf.float64), x)
-    eager_and_graph("max." + dt, lambda t: tf.cast(ops._allreduce(t, op=ops.Max), tf.float64), x)
-    eager_and_graph("gather." + dt, lambda t: tf.cast(ops.allgather(t[:r + 1]), tf.float64), x)
-    eager_and_graph("bcast." + dt, lambda t: tf.cast(ops.broadcast(t, root_rank=n - 1), tf.float64), x)
-    if dtype.is_floating:
-        eager_and_graph("avg." + dt, lambda t: tf.cast(ops._allreduce(t, op=ops.Average), tf.float64), x)
-        eager_and_graph("scaled." + dt, lambda t: tf.cast(
-            ops._allreduce(t, op=ops.Sum, prescale_factor=0.5, postscale_factor=4.0), tf.float64), x)
-        eager_and_graph("prod." + dt, lambda t: tf.cast(ops._allreduce(t, op=ops.Product), tf.float64), x)
-
-b = tf.constant([r == 0, True, False])
-eager_and_graph("gather.bool", lambda t: ops.allgather(t), b)
-eager_and_graph("bcast.bool", lambda t: ops.broadcast(t, root_rank=1), b)
-
-# grouped
-eager_and_graph("grouped", lambda a, c: tf.concat([tf.reshape(t, [-1]) for t in
-                ops._grouped_allreduce([a, c], op=ops.Sum)], 0),
-                tf.ones([3]) * (r + 1), tf.ones([2, 2]) * 10.0)
-eager_and_graph("grouped_gather", lambda a, c: tf.concat([tf.reshape(t, [-1]) for t in
-                ops.grouped_allgather([a, c])], 0), tf.fill([r + 1], float(r)), tf.fill([1, 2], 7.0 + r))
-# reducescatter: 2n rows; rank r keeps rows [2r, 2r+2)
-rows = tf.reshape(tf.range(2 * n * 2, dtype=tf.float32), [2 * n, 2]) * (r + 1)
-eager_and_graph("rs_sum", lambda t: ops._reducescatter(t, op=ops.Sum), rows)
-eager_and_graph("rs_avg", lambda t: ops._reducescatter(t, op=ops.Average), rows)
-eager_and_graph("grouped_rs", lambda a, c: tf.concat([tf.reshape(t, [-1]) for t in
-                ops._grouped_reducescatter([a, c], op=ops.Sum)], 0), rows, rows * 2)
-# alltoall: rank r sends (i + 1) rows to rank i, each row tagged 100 * r + i
-send = tf.concat([tf.fill([i + 1, 2], 100 * r + i) for i in range(n)], 0)
-splits = tf.constant([i + 1 for i in range(n)], tf.int32)
-def a2a(t, s):
-    o, rs = ops.alltoall(t, splits=s)
-    return tf.concat([tf.reshape(tf.cast(o, tf.int32), [-1]), rs], 0)
-eager_and_graph("alltoall", a2a, send, splits)
-# splits=None returns the output tensor alone, as Horovod's alltoall does
-even = ops.alltoall(tf.range(2 * n) + 10 * r)
-out["alltoall_even"] = [even.numpy().tolist(), isinstance(even, tf.Tensor)]
-
-# in-place broadcast into variables of two dtypes
-v1, v2 = tf.Variable([float(r)] * 3), tf.Variable([r, r], dtype=tf.int64)
-ops.broadcast_([v1, v2], root_rank=1)
-out["bcast_inplace"] = [v1.numpy().tolist(), v2.numpy().tolist()]
-@tf.function
-def bcast_in_graph():
-    ops.broadcast_([v1], root_rank=0)
-v1.assign([5.0 + r] * 3)
-bcast_in_graph()
-out["bcast_inplace_graph"] = v1.numpy().tolist()
-# TF1 graph: a reference variable (no resource handle) next to a resource one
-with tf.Graph().as_default():
-    from tensorflow.python.ops.ref_variable import RefVariable  # a TF1 reference variable
-    ref_v = RefVariable([float(r)] * 2)
-    res_v = tf.compat.v1.get_variable("res_v", initializer=[10.0 + r], use_resource=True)
-    outs = ops.broadcast_([ref_v, res_v], root_rank=1)
-    with tf.compat.v1.Session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())  # rank-dependent values first
-        got = sess.run(outs)
-        out["bcast_inplace_ref"] = [got[0].tolist(), got[1].tolist(), sess.run(ref_v).tolist()]
-
-# topology ops, evaluated when the graph runs
-out["topology"] = [int(t) for t in tf.function(lambda: (ops.size_op(), ops.rank_op(), ops.local_size_op(),
-                                                        ops.local_rank_op(), ops.process_set_included_op()))()]
-# several collectives in flight inside one graph: TF may start them in any
-# order on each rank; the engine matches them by name
-@tf.function
-def many(t):
-    return tf.add_n([ops._allreduce(t * k, op=ops.Sum) for k in range(1, 9)])
-out["many"] = many(tf.ones([4])).numpy().tolist()
-out["join"] = int(ops.join())
-print(json.dumps(out))
-'''
-
 
 def _expected(n, r_seen):
-    """What every rank must see, computed here from the inputs the snippet builds."""
+    """What every rank must see, computed here from the inputs the rank program builds."""
     import numpy as np
     base = np.arange(6).reshape(2, 3)
     xs = [base + r for r in range(n)]
@@ -136,7 +52,8 @@ def _expected(n, r_seen):
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_collective_and_dtype_eager_and_tf_function(n):
     import numpy as np
-    reports = op_ranks.run_ok(n, COLLECTIVES % {"dtypes": DTYPES}, timeout=240)
+    reports = op_ranks.run_program_ok(n, "ops:every_collective_eager_and_tf_function", kwargs={"dtypes": DTYPES},
+                                      timeout=240)
     for r, rep in enumerate(reports):
         exp = _expected(n, r)
         for key, want in exp.items():
@@ -156,61 +73,13 @@ def test_every_collective_and_dtype_eager_and_tf_function(n):
 def test_bfloat16_sum_is_accurate():
     # 0.1 is not exact in bfloat16: a sum accumulated in bfloat16 itself
     # would drift; the engine must round once at the end.
-    reports = op_ranks.run_ok(2, '''
-ops.init()
-x = tf.cast(tf.fill([1000], 0.1 + 0.01 * ops.rank()), tf.bfloat16)
-s = ops._allreduce(x, op=ops.Sum)
-print(json.dumps([s.dtype.name, float(tf.cast(s[0], tf.float32)), float(tf.cast(tf.cast(0.21, tf.bfloat16), tf.float32))]))
-''')
+    reports = op_ranks.run_program_ok(2, "ops:bfloat16_sum")
     for dtype, got, want in reports:
         assert dtype == "bfloat16" and got == want
 
 
-GRADIENTS = r'''
-ops.init()
-r, n = ops.rank(), ops.size()
-out = {}
-x = tf.constant([1.0, 2.0, 3.0]) * (r + 1)
-def grad(fn, upstream=None):
-    # upstream: the output gradient, or a function of the output giving it
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = fn(x)
-    if callable(upstream):
-        upstream = upstream(y)
-    return tape.gradient(y, x, output_gradients=upstream).numpy().tolist()
-# allreduce: gradient of sum(allreduce_sum(x * w)) is the summed upstream gradient
-out["allreduce_sum"] = grad(lambda t: ops._allreduce(t * 2.0, op=ops.Sum), tf.ones([3]) * (r + 1))
-out["allreduce_avg"] = grad(lambda t: ops._allreduce(t, op=ops.Average), tf.ones([3]) * (r + 1))
-out["grouped"] = grad(lambda t: tf.add_n(ops._grouped_allreduce([t, t * 3.0], op=ops.Sum)))
-# allgather: rows of this rank get the average upstream gradient over ranks
-out["allgather"] = grad(lambda t: ops.allgather(t), tf.range(3.0 * n) * (r + 1))
-# broadcast: only the root gets a gradient (the average over ranks)
-out["broadcast"] = grad(lambda t: ops.broadcast(t, root_rank=1), tf.ones([3]) * (r + 1))
-# alltoall: gradients travel back along the received splits
-out["alltoall"] = grad(lambda t: ops.alltoall(t, splits=[1, 2])[0], lambda y: tf.ones_like(y) * (r + 10))
-# reducescatter on 2 rows per rank
-y2 = tf.ones([2 * n, 1]) * (r + 1)
-with tf.GradientTape(persistent=True) as tape:  # two gradients are taken from it
-    tape.watch(y2)
-    rs = ops._reducescatter(y2, op=ops.Average)
-    rs_sum = ops._reducescatter(y2, op=ops.Sum)
-out["reducescatter"] = tape.gradient(rs, y2, output_gradients=tf.ones_like(rs) * (r + 1)).numpy().ravel().tolist()
-out["reducescatter_sum"] = tape.gradient(rs_sum, y2, output_gradients=tf.ones_like(rs_sum) * (r + 1)).numpy().ravel().tolist()
-# the same inside tf.function
-@tf.function
-def graph_grad(v):
-    with tf.GradientTape() as tape:
-        tape.watch(v)
-        y = tf.reduce_sum(ops.allgather(v * 2.0))
-    return tape.gradient(y, v)
-out["allgather_graph"] = graph_grad(x).numpy().tolist()
-print(json.dumps(out))
-'''
-
-
 def test_gradients():
-    reports = op_ranks.run_ok(2, GRADIENTS)
+    reports = op_ranks.run_program_ok(2, "ops:gradients")
     n = 2
     for r, rep in enumerate(reports):
         assert rep["allreduce_sum"] == [2.0 * (1 + 2)] * 3
@@ -229,32 +98,7 @@ def test_gradients():
 
 
 def test_process_sets():
-    reports = op_ranks.run_ok(3, '''
-even = ops.ProcessSet([0, 2])
-ops.init(process_sets=[even])
-r = ops.rank()
-out = {}
-if even.included():
-    x = tf.constant([float(r)])
-    out["sum"] = ops._allreduce(x, op=ops.Sum, process_set=even).numpy().tolist()
-    out["gather"] = ops.allgather(x, process_set=even).numpy().tolist()
-    out["bcast"] = ops.broadcast(x, root_rank=2, process_set=even).numpy().tolist()  # a global rank
-    v = tf.Variable([float(r)])
-    ops.broadcast_([v], root_rank=2, process_set=even)
-    out["bcast_"] = v.numpy().tolist()
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = ops._allreduce(x, op=ops.Sum, process_set=even)
-    out["grad"] = tape.gradient(y, x).numpy().tolist()
-else:
-    try:
-        ops._allreduce(tf.ones([1]), process_set=even)
-    except tf.errors.OpError as e:
-        out["error"] = type(e).__name__ + ": " + str(e)[:300]
-out["size"] = int(ops.size_op(process_set_id=even.process_set_id))
-out["included"] = int(ops.process_set_included_op(process_set_id=even.process_set_id))
-print(json.dumps(out))
-''')
+    reports = op_ranks.run_program_ok(3, "ops:process_set_of_even_ranks")
     for r in (0, 2):
         assert reports[r]["sum"] == [2.0] and reports[r]["gather"] == [0.0, 2.0]
         assert reports[r]["bcast"] == [2.0] and reports[r]["grad"] == [2.0]
@@ -265,33 +109,8 @@ print(json.dumps(out))
     assert all(rep["size"] == 2 for rep in reports)
 
 
-ERRORS = r'''
-ops.init()
-r = ops.rank()
-out = {}
-def attempt(key, fn):
-    try:
-        fn()
-        out[key] = "no error"
-    except Exception as e:
-        out[key] = [type(e).__name__, str(e)]
-attempt("shape", lambda: ops._allreduce(tf.ones([r + 1])))
-attempt("dtype", lambda: ops._allreduce(tf.ones([2], dtype=tf.float32 if r == 0 else tf.float64)))
-attempt("root", lambda: ops.broadcast(tf.ones([2]), root_rank=r))
-attempt("graph_shape", lambda: tf.function(lambda: ops._allreduce(tf.ones([2 + r]), name="in_graph"))())
-attempt("gather_rank", lambda: ops.allgather(tf.ones([2, 2]) if r == 0 else tf.ones([2, 3])))
-attempt("bad_op", lambda: ops._allreduce(tf.ones([2]), op=42))
-attempt("bad_root", lambda: ops.broadcast(tf.ones([2]), root_rank=7))
-attempt("string", lambda: ops._allreduce(tf.constant(["a"])))
-attempt("unregistered_set", lambda: ops._allreduce(tf.ones([2]), process_set=ops.ProcessSet([0])))
-# the engine stays usable after every error above
-out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
-print(json.dumps(out))
-'''
-
-
 def test_errors_raise_on_every_rank_and_engine_stays_usable():
-    reports = op_ranks.run_ok(2, ERRORS, timeout=120)
+    reports = op_ranks.run_program_ok(2, "ops:errors_then_a_good_allreduce", timeout=120)
     for r, rep in enumerate(reports):
         for key in ("shape", "dtype", "root", "graph_shape", "gather_rank"):
             assert rep[key][0] == "FailedPreconditionError", (key, r, rep[key])
@@ -307,23 +126,7 @@ def test_errors_raise_on_every_rank_and_engine_stays_usable():
 
 
 def test_uninitialized_and_dead_peer():
-    results = op_ranks.run(2, '''
-try:
-    ops._allreduce(tf.ones([1]))
-    print(json.dumps("no error"))
-except tf.errors.FailedPreconditionError as e:
-    print(json.dumps(["FailedPrecondition", str(e)]))
-ops.init()
-if ops.rank() == 1:
-    os._exit(3)  # dies without a word to the others
-try:
-    for _ in range(100):
-        ops._allreduce(tf.ones([4]))
-        time.sleep(0.1)
-    print(json.dumps("no error"))
-except tf.errors.UnknownError as e:
-    print(json.dumps(["Unknown", str(e)]))
-''', timeout=60)
+    results = op_ranks.run_program(2, "ops:uninitialized_then_dead_peer", timeout=60)
     first = results[0].stdout.strip().splitlines()
     import json
     assert json.loads(first[0])[0] == "FailedPrecondition" and "init" in json.loads(first[0])[1]
@@ -336,22 +139,8 @@ def test_divergent_eager_collectives_fail_on_every_rank_instead_of_hanging():
     # An eagerly executed op blocks its thread as a synchronous wait does:
     # ranks blocked on different ops are a divergence, reported on both
     # within HOROVOD_PEER_TIMEOUT_SECONDS. The engine then starts again.
-    results = op_ranks.run_ok(2, '''
-ops.init()
-start = time.monotonic()
-try:
-    if ops.rank() == 0:
-        ops._allreduce(tf.ones([2]))
-    else:
-        ops.allgather(tf.ones([2]))
-    out = {"error": None}
-except tf.errors.UnknownError as e:
-    out = {"error": str(e)}
-out["seconds"] = time.monotonic() - start
-ops.init()
-out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
-print(json.dumps(out))
-''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2"}, timeout=60)
+    results = op_ranks.run_program_ok(2, "ops:divergent_eager_collectives",
+                                      env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2"}, timeout=60)
     for res in results:
         assert res["error"] and "diverged" in res["error"], res
         assert "HorovodAllreduce" in res["error"] and "HorovodAllgather" in res["error"], res
@@ -363,25 +152,10 @@ def test_divergent_graph_collectives_fail_on_every_rank_after_the_stall_time():
     # Inside tf.function only a completion callback waits for an op, so a
     # pending op counts as holding its rank once the stall warning names it
     # (HOROVOD_STALL_CHECK_TIME_SECONDS); then the peer timeout applies.
-    results = op_ranks.run_ok(2, '''
-ops.init()
-@tf.function
-def on_rank_0(x):
-    return ops._allreduce(x, name="only.rank0")
-@tf.function
-def on_rank_1(x):
-    return ops.allgather(x, name="only.rank1")
-start = time.monotonic()
-try:
-    (on_rank_0 if ops.rank() == 0 else on_rank_1)(tf.ones([2]))
-    out = {"error": None}
-except tf.errors.UnknownError as e:
-    out = {"error": str(e)}
-out["seconds"] = time.monotonic() - start
-ops.init()
-out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
-print(json.dumps(out))
-''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "2"}, timeout=60)
+    results = op_ranks.run_program_ok(2, "ops:divergent_graph_collectives",
+                                      env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2",
+                                           "HOROVOD_STALL_CHECK_TIME_SECONDS": "2"},
+                                      timeout=60)
     for res in results:
         assert res["error"] and "diverged" in res["error"], res
         assert "'only.rank0'" in res["error"] and "'only.rank1'" in res["error"], res
@@ -393,31 +167,17 @@ def test_graph_collectives_submitted_in_different_orders_are_not_a_divergence():
     # Each rank submits one op of a graph 3 s before the other, in opposite
     # orders: every rank has an op pending that its peer has not submitted,
     # longer than the peer timeout. That is a graph running, not a divergence.
-    results = op_ranks.run_ok(2, '''
-ops.init()
-def later(x):
-    return tf.py_function(lambda t: (time.sleep(3), t)[1], [x], tf.float32)
-@tf.function
-def step(x):
-    first, second = (x, later(x)) if ops.rank() == 0 else (later(x), x)
-    return ops._allreduce(first, name="a", op=ops.Sum), ops._allreduce(second, name="b", op=ops.Sum)
-a, b = step(tf.ones([2]))
-print(json.dumps([a.numpy().tolist(), b.numpy().tolist()]))
-''', env={"HOROVOD_PEER_TIMEOUT_SECONDS": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "30"}, timeout=60)
+    results = op_ranks.run_program_ok(2, "ops:graph_collectives_submitted_in_opposite_orders",
+                                      env={"HOROVOD_PEER_TIMEOUT_SECONDS": "1",
+                                           "HOROVOD_STALL_CHECK_TIME_SECONDS": "30"},
+                                      timeout=60)
     for res in results:
         assert res == [[2.0, 2.0], [2.0, 2.0]], res
 
 
 def test_tensorflow_and_torch_in_one_process_share_the_engine():
     pytest.importorskip("torch")
-    reports = op_ranks.run_ok(2, '''
-import torch
-import horovod.torch as hvd_torch
-hvd_torch.init()
-t = hvd_torch.allreduce(torch.ones(2) * (hvd_torch.rank() + 1), op=hvd_torch.Sum)
-g = ops._allreduce(tf.ones([2]) * (ops.rank() + 1), op=ops.Sum)
-print(json.dumps([t.tolist(), g.numpy().tolist(), ops.is_initialized(), ops.size()]))
-''')
+    reports = op_ranks.run_program_ok(2, "ops:tensorflow_and_torch_in_one_process")
     for rep in reports:
         assert rep == [[3.0, 3.0], [3.0, 3.0], True, 2]
 
