@@ -19,7 +19,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 
 def _check_run(results, flavour):
     size = len(results)
-    per, steps, epochs, warmup = 4, 6, 3, 2
+    steps, epochs, warmup = 6, 3, 2
     lr0 = 0.05 * size
     for r, out in enumerate(results):
         assert out["wrapped"][1], out["wrapped"]

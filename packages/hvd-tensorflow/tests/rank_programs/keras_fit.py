@@ -185,7 +185,8 @@ def fit_and_compare_with_single_process(flavour, checkpoint_dir):
         # them again (op=Sum makes a second reduction visible: 2x)
         w = tf.Variable([1.0, 1.0])
         sopt = hvd.DistributedOptimizer(keras.optimizers.legacy.SGD(1.0), op=hvd.Sum)
-        loss_fn = lambda: tf.reduce_sum(w * (rank + 1.0))
+        def loss_fn():
+            return tf.reduce_sum(w * (rank + 1.0))
         pairs = sopt._compute_gradients(loss_fn, var_list=[w])
         out["legacy_computed"] = np.asarray(pairs[0][0]).tolist()
         sopt.apply_gradients(pairs)

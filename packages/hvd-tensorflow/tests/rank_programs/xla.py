@@ -39,7 +39,7 @@ def error_of(fn, *args):
 def every_check():
     """Runs every check once; returns {check: result}."""
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
+    rank = hvd.rank()
     report = {"xla_built": hvd.xla_built()}
 
     # --- allreduce: sum/average, several dtypes, scale factors ------------------

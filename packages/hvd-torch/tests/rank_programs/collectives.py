@@ -279,7 +279,6 @@ def every_collective_check():
     members = list(range(0, size, 2))
     expect("process_sets", even_ranks.included() == (rank in members), "included")
     if rank in members:
-        ps_rank = members.index(rank)
         out = hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum, process_set=even_ranks, name="ps")
         expect("process_sets", out.item() == float(sum(members)), "allreduce %s" % out)
         out = hvd.allgather(torch.tensor([rank]), process_set=even_ranks)
