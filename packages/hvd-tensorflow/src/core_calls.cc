@@ -73,7 +73,7 @@ std::string EngineName(std::string_view node_name, bool ignore_name_scope) {
 
 absl::Status EnqueueAndWait(std::string_view op_type, hvd_enqueue_args* args, Outcome* outcome) {
   args->struct_size = HVD_ENQUEUE_ARGS_STRUCT_SIZE;
-  args->flags |= HVD_ENQUEUE_CALLER_WAITS | HVD_ENQUEUE_ROOT_RANK_GLOBAL;
+  args->flags |= HVD_ENQUEUE_CALLER_WAITS | HVD_ENQUEUE_ROOT_RANK_GLOBAL | HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN;
   hvd_handle* raw = nullptr;
   if (hvd_error* e = hvd_enqueue(args, &raw)) return StatusFromError(e, op_type, OpTypePrefix::kEveryMessage);
   HandlePtr handle(raw);

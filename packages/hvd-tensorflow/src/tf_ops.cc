@@ -129,7 +129,8 @@ class CollectiveOp : public AsyncOpKernel {
     args.process_set_id = static_cast<int32_t>(process_set_id_);
     args.reduce_op = static_cast<int32_t>(reduce_op_);
     args.root_rank = static_cast<int32_t>(root_rank_);
-    args.flags = HVD_ENQUEUE_ROOT_RANK_GLOBAL;  // Horovod's global root, also on process sets
+    // Horovod's global root (also on process sets); a 0.0 scale factor zeroes.
+    args.flags = HVD_ENQUEUE_ROOT_RANK_GLOBAL | HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN;
     if (submitter_blocked_) args.flags |= HVD_ENQUEUE_SUBMITTER_BLOCKED;
     args.prescale_factor = prescale_;
     args.postscale_factor = postscale_;

@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 5
+#define HVD_API_MINOR 6
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -323,8 +323,11 @@ typedef struct hvd_enqueue_args {
    * has HVD_ENQUEUE_ROOT_RANK_GLOBAL: then a global rank, which must be a
    * member of the process set (Horovod's meaning). */
   int32_t root_rank;
-  double prescale_factor;  /* allreduce, reducescatter: multiply inputs; 0 means 1 */
-  double postscale_factor; /* allreduce, reducescatter: multiply results; 0 means 1 */
+  /* allreduce, reducescatter: multiply the inputs, the results. 0 means 1
+   * (so a zeroed struct scales nothing) unless flags has
+   * HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN: then 0 multiplies by zero. */
+  double prescale_factor;
+  double postscale_factor;
   /* One tensor, or several for a grouped collective: a group is negotiated
    * and executed as one unit. in; each entry as hvd_tensor_args says. Since
    * 1.4 the library steps through the array by the caller's element size:
@@ -367,7 +370,11 @@ typedef enum hvd_enqueue_flags {
    * an operation with an on_done callback that nobody waits on then counts
    * as waited on only once it has been pending for
    * HOROVOD_STALL_CHECK_TIME_SECONDS. */
-  HVD_ENQUEUE_SUBMITTER_BLOCKED = 4
+  HVD_ENQUEUE_SUBMITTER_BLOCKED = 4,
+  /* Since 1.6: prescale_factor and postscale_factor are taken as given, 0
+   * included (a framework's prescale_factor=0.0 must zero the result, as in
+   * Horovod). Without it 0 still means 1. */
+  HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN = 8
 } hvd_enqueue_flags;
 
 /* Validates the arguments and queues the operation; returns at once.

@@ -198,8 +198,10 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
                 "broadcast root_rank " + std::to_string(args->root_rank) + " is out of range: process set " +
                     std::to_string(set.id()) + " has " + std::to_string(set.size()) + " ranks");
   }
-  double prescale = args->prescale_factor == 0.0 ? 1.0 : args->prescale_factor;
-  double postscale = args->postscale_factor == 0.0 ? 1.0 : args->postscale_factor;
+  // A zeroed struct scales nothing; callers that mean 0 say so with the flag.
+  const bool factors_as_given = (args->flags & HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN) != 0;
+  double prescale = args->prescale_factor == 0.0 && !factors_as_given ? 1.0 : args->prescale_factor;
+  double postscale = args->postscale_factor == 0.0 && !factors_as_given ? 1.0 : args->postscale_factor;
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
     throw_error(ErrorCode::kInvalidArgument, "prescale_factor and postscale_factor must be finite");
   }

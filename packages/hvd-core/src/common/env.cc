@@ -2,6 +2,7 @@
 // names the variable, never a silent default.
 #include "common/env.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <strings.h>
@@ -37,9 +38,11 @@ double env_double(const char* name, double fallback) {
   const char* v = std::getenv(name);
   char* end = nullptr;
   double parsed = std::strtod(v, &end);
-  if (end == v || *end != '\0') {
+  // nan and inf parse, but no knob means them: as timeouts they turned into
+  // negative durations downstream.
+  if (end == v || *end != '\0' || !std::isfinite(parsed)) {
     throw_error(ErrorCode::kInvalidArgument,
-                std::string("environment variable ") + name + "='" + v + "' is not a number");
+                std::string("environment variable ") + name + "='" + v + "' is not a finite number");
   }
   return parsed;
 }

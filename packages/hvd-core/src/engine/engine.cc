@@ -168,10 +168,12 @@ void Engine::start(const hvd_init_args* args) {
     connections_->set_unreachable_seconds(config_.peer_timeout_seconds);
     PrefixStore store(*store_, key_prefix);
     std::ostringstream me;
-    me << hostname << "\n" << connections_->address() << "\n" << ::getpid() << "\n" << endpoint.iface;
+    me << hostname << "\n" << connections_->address() << "\n" << ::getpid() << "\n" << endpoint.iface << "\n"
+       << config_.settings_that_must_agree();
     store.set("peer/" + std::to_string(t.rank), me.str());
     std::vector<std::string> addresses(static_cast<size_t>(t.size));
     std::vector<std::string> locations(static_cast<size_t>(t.size));
+    std::vector<std::string> settings(static_cast<size_t>(t.size));
     t.hosts.resize(static_cast<size_t>(t.size));
     for (int r = 0; r < t.size; ++r) {
       std::string info = store.get("peer/" + std::to_string(r), config_.connect_timeout_seconds);
@@ -186,7 +188,19 @@ void Engine::start(const hvd_init_args* args) {
       std::getline(in, addresses[static_cast<size_t>(r)]);
       std::getline(in, pid);
       std::getline(in, iface);
+      std::getline(in, settings[static_cast<size_t>(r)]);
       locations[static_cast<size_t>(r)] = "host " + t.hosts[static_cast<size_t>(r)] + (iface.empty() ? "" : ", " + iface);
+    }
+    // Ranks that disagree on these would pick different transports and blame
+    // each other for the failure that follows; every rank finds the same
+    // first rank that differs from rank 0 and says so.
+    for (int r = 1; r < t.size; ++r) {
+      SettingDifference d = first_setting_difference(settings[0], settings[static_cast<size_t>(r)]);
+      if (d.variable.empty()) continue;
+      throw_error(ErrorCode::kInvalidArgument,
+                  d.variable + " must be the same on every rank: rank 0 (" + locations[0] + ") has " + d.first_value +
+                      ", rank " + std::to_string(r) + " (" + locations[static_cast<size_t>(r)] + ") has " +
+                      d.second_value);
     }
     connections_->set_peer_addresses(addresses, locations);
     liveness_ = std::make_unique<LivenessReporter>(

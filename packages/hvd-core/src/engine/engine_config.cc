@@ -65,6 +65,37 @@ void read_gpu_operations(EngineConfig* config) {
 
 }  // namespace
 
+std::string EngineConfig::settings_that_must_agree() const {
+  std::string gpu;
+  for (bool nccl : gpu_use_nccl) gpu += nccl ? 'N' : 'C';  // per collective: NCCL or CPU transports
+  return std::string("HOROVOD_SHM_DISABLE=") + (allow_shm ? "0" : "1") +
+         ";HOROVOD_HIERARCHICAL_ALLREDUCE=" + (hierarchical ? "1" : "0") +
+         ";HOROVOD_CPU_OPERATIONS=" + (use_mpi ? "mpi" : "gloo") +
+         ";HOROVOD_DYNAMIC_PROCESS_SETS=" + (dynamic_process_sets ? "1" : "0") +
+         ";HOROVOD_GPU_OPERATIONS and HOROVOD_GPU_<OP>=" + gpu;
+}
+
+SettingDifference first_setting_difference(const std::string& first, const std::string& second) {
+  auto split = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> entries;
+    std::istringstream in(text);
+    std::string entry;
+    while (std::getline(in, entry, ';')) {
+      size_t eq = entry.find('=');
+      entries.emplace_back(entry.substr(0, eq), eq == std::string::npos ? "" : entry.substr(eq + 1));
+    }
+    return entries;
+  };
+  auto a = split(first), b = split(second);
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i >= a.size() || i >= b.size() || a[i] != b[i]) {
+      const auto& named = i < a.size() ? a[i] : b[i];
+      return {named.first, i < a.size() ? a[i].second : "(unset)", i < b.size() ? b[i].second : "(unset)"};
+    }
+  }
+  return {};
+}
+
 EngineConfig EngineConfig::from_environment() {
   EngineConfig c;  // the defaults
   c.fusion_threshold_bytes = env_int("HOROVOD_FUSION_THRESHOLD", c.fusion_threshold_bytes);
@@ -95,6 +126,14 @@ EngineConfig EngineConfig::from_environment() {
   c.dynamic_process_sets = env_bool("HOROVOD_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
   if (c.peer_timeout_seconds <= 0) {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");
+  }
+  if (c.connect_timeout_seconds <= 0) {
+    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_GLOO_TIMEOUT_SECONDS must be positive");
+  }
+  for (const auto& [name, value] : {std::pair<const char*, double>{"HOROVOD_CYCLE_TIME", c.cycle_time_seconds},
+                                    {"HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds},
+                                    {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds}}) {
+    if (value < 0) throw_error(ErrorCode::kInvalidArgument, std::string(name) + " must not be negative");
   }
   return c;
 }

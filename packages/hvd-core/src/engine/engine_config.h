@@ -46,7 +46,19 @@ struct EngineConfig {
   // Everything above but `spin` and `background_core`, which depend on the
   // topology (see background_core_from_environment).
   static EngineConfig from_environment();
+
+  // The settings whose values must be the same on every rank (they choose
+  // transports and algorithms the ranks run together), as "VARIABLE=value"
+  // entries joined by ';'. Ranks publish it at start-up and compare.
+  std::string settings_that_must_agree() const;
 };
+
+// The first setting in which two settings_that_must_agree() strings differ:
+// {"HOROVOD_SHM_DISABLE", "0", "1"}; empty strings when they agree.
+struct SettingDifference {
+  std::string variable, first_value, second_value;
+};
+SettingDifference first_setting_difference(const std::string& first, const std::string& second);
 
 // Where the launcher placed this rank. Local and cross positions it did not
 // give are derived by the engine from the host names the ranks publish.

@@ -82,6 +82,7 @@ class GpuInfo(Structure):
 # formats, checked against the header by test_packaging.py).
 ENQUEUE_CALLER_WAITS = 1
 ENQUEUE_ROOT_RANK_GLOBAL = 2
+ENQUEUE_SCALE_FACTORS_AS_GIVEN = 8
 
 
 class Result(Structure):

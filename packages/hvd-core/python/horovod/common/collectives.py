@@ -48,9 +48,17 @@ def _clear_handles():
     _handles.clear()
 
 
-def _describe(array, what="tensor"):
+def _describe(array, what="tensor", written=False):
+    """The TensorDesc of `array`; `written`: the engine stores results into it."""
     if not isinstance(array, np.ndarray):
         raise ValueError("%s must be a numpy.ndarray, got %s" % (what, type(array).__name__))
+    if written and not array.flags.writeable:
+        raise ValueError("%s is read-only (e.g. a read-only memmap or a view with writeable=False) and the "
+                         "result would be written into it: pass a writable array, such as array.copy()" % what)
+    if not array.dtype.isnative:
+        raise ValueError("%s has dtype %s in non-native byte order; hvd reduces in this machine's byte "
+                         "order: convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
+                         % (what, array.dtype.str))
     code_bits = _DLPACK_TYPES.get(array.dtype)
     if code_bits is None:
         raise ValueError("Tensor type %s is not supported." % array.dtype.name)
@@ -80,7 +88,7 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
                      caller_waits=False):
     process_set_id = process_set_id_of(process_set)
     inputs = [_describe(t) for t in tensors]
-    outs = [_describe(o, "output") for o in outputs]
+    outs = [_describe(o, "output", written=True) for o in outputs]
     names = group_tensor_names(collective, name, len(tensors))
     single = len(tensors) == 1 and collective == "allreduce"
     return _handles.submit(lambda h: outputs[0] if single else list(outputs), [tensors, outputs, inputs, outs],
@@ -145,7 +153,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                process_set=global_process_set):
     """In-place allreduce; returns `tensor`, which holds the result."""
     op = _average_compat(op, average)
-    desc = _describe(tensor)
+    desc = _describe(tensor, written=True)
     process_set_id = process_set_id_of(process_set)
     run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set_id, op, 0,
              prescale_factor, postscale_factor, keepalive=tensor)
@@ -241,7 +249,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def _broadcast_async(tensor, output, root_rank, name, process_set, caller_waits=False):
     process_set_id = process_set_id_of(process_set)
     inputs = [_describe(tensor)]
-    outs = [_describe(output, "output")]
+    outs = [_describe(output, "output", written=True)]
     return _handles.submit(lambda h: output, [tensor, output, inputs, outs], c_api.BROADCAST, inputs,
                            [full_name("broadcast", name)], process_set_id, outputs=outs,
                            root_rank=root_rank, caller_waits=caller_waits)
@@ -277,7 +285,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `tensor`, which holds root's value."""
-    desc = _describe(tensor)
+    desc = _describe(tensor, written=True)
     process_set_id = process_set_id_of(process_set)
     run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set_id,
              root_rank=root_rank, keepalive=tensor)

@@ -79,12 +79,20 @@ def _pack_dltensor(buf, offset, desc, base):
     return shape_off + 8 * len(desc.shape)
 
 
+# Horovod's meanings, asked for on every call: a root rank is a global rank,
+# and a scale factor of 0.0 multiplies by zero.
+_ALWAYS_FLAGS = c_api.ENQUEUE_ROOT_RANK_GLOBAL | c_api.ENQUEUE_SCALE_FACTORS_AS_GIVEN
+
+
 def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
           postscale_factor, splits, caller_waits):
     """The hvd_enqueue_args block (with its tensor args, DLTensors, shapes and
     splits) in one buffer; pointers inside it are absolute. Also returns the
     offsets of every tensor's data pointer, so the block can be reused for
     other tensors of the same signature."""
+    if not -2**31 <= root_rank < 2**31:
+        # The C ABI's root_rank is 32 bits; say so instead of struct.error.
+        raise ValueError("root_rank %d is not a rank: ranks are 32-bit integers" % root_rank)
     n = len(inputs)
     names = names or _NULL_NAMES
     size = _ENQUEUE_ARGS_SPAN + _TENSOR_ARGS.size * max(1, n)
@@ -123,7 +131,7 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
                                splits_ptr, num_splits, name_ptr, len(name))
     _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS_SIZE, collective, process_set_id, reduce_op, root_rank,
                             prescale_factor, postscale_factor, base + tensors_off, n, 0, 0, 0, 0,
-                            c_api.ENQUEUE_ROOT_RANK_GLOBAL | (c_api.ENQUEUE_CALLER_WAITS if caller_waits else 0),
+                            _ALWAYS_FLAGS | (c_api.ENQUEUE_CALLER_WAITS if caller_waits else 0),
                             inputs[0].stream if n else 0)
     return buf, data_offsets
 
