@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError, HorovodUnsupportedError
 
 API_MAJOR = 1
-API_MINOR = 5  # this package passes CUDA streams and asks hvd_get_gpu_info (1.5)
+API_MINOR = 6  # this package relies on HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN (1.6)
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
