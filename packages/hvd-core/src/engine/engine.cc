@@ -9,9 +9,11 @@
 //   every knob are parsed in engine/engine_config.cc.
 #include "engine/engine.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -30,14 +32,44 @@ namespace {
 std::mutex g_mu;  // guards g_engine and serialises init/shutdown
 std::shared_ptr<Engine> g_engine;
 uint64_t g_generation = 0;  // inits so far in this process; keeps store keys apart
+// In a process forked while an engine ran: the parent's pid (0 otherwise).
+pid_t g_forked_from = 0;
+std::once_flag g_fork_handlers;
 
 const char* kNotInitialized = "Horovod has not been initialized; use hvd.init().";
+
+// fork() copies the engine object but not its threads, and its sockets and
+// shared memory stay the parent's: a collective from the child would be
+// taken as the parent's by the peers and break the job. The child forgets the
+// engine without destroying it (its destructor would say goodbye on the
+// parent's connections) and refuses every call. g_mu is held across the fork
+// so the child never inherits it locked by a thread it does not have.
+void before_fork() { g_mu.lock(); }
+void after_fork_in_parent() { g_mu.unlock(); }
+void after_fork_in_child() {
+  if (g_engine) {
+    g_forked_from = getppid();
+    new std::shared_ptr<Engine>(std::move(g_engine));  // leaked on purpose
+  }
+  g_mu.unlock();
+}
+
+[[noreturn]] void throw_forked_child() {
+  throw_error(ErrorCode::kNotInitialized,
+              "hvd cannot be used in this process: it was forked from process " + std::to_string(g_forked_from) +
+                  " after hvd.init() there, and the engine's threads and connections belong to that process. "
+                  "Call hvd functions in the parent only, or start child processes that need hvd with the "
+                  "'spawn' start method (multiprocessing.set_start_method('spawn'))");
+}
 
 }  // namespace
 
 std::shared_ptr<Engine> Engine::get() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_engine) throw_error(ErrorCode::kNotInitialized, kNotInitialized);
+  if (!g_engine) {
+    if (g_forked_from != 0) throw_forked_child();
+    throw_error(ErrorCode::kNotInitialized, kNotInitialized);
+  }
   return g_engine;
 }
 
@@ -73,7 +105,9 @@ void Engine::abort(const std::string& reason) {
 }
 
 void Engine::init(const hvd_init_args* args) {
+  std::call_once(g_fork_handlers, [] { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_forked_from != 0) throw_forked_child();
   if (g_engine) {
     std::shared_ptr<const Error> why = g_engine->global_set_failure();
     if (!why) return;

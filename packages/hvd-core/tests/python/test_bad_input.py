@@ -44,3 +44,16 @@ def test_settings_that_differ_across_ranks_fail_init_on_every_rank_naming_them()
         assert report[0] == "ValueError", report
         assert report[1].startswith("HOROVOD_SHM_DISABLE must be the same on every rank: rank 0 "), report
         assert "has 0, rank 1 (host" in report[1] and report[1].endswith("has 1"), report
+
+
+def test_a_child_forked_after_init_is_refused_and_the_parents_job_goes_on():
+    # The child shares the parent's sockets but not its threads: before, its
+    # collective reached the peers as the parent's and broke the job.
+    for report in ranks.run_program_ok(2, "bad_input:use_in_a_forked_child", timeout=60):
+        child = report["child"]
+        for call in ("allreduce", "rank", "init"):
+            assert child[call][0] == "ValueError", (call, child[call])
+            assert "forked from process" in child[call][1] and "'spawn'" in child[call][1], child[call]
+        assert child["is_initialized"] is False
+        assert report["child_exit"] == 0
+        assert report["parent_allreduce"] == [3.0, 3.0]

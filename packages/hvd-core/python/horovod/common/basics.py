@@ -248,6 +248,10 @@ class HorovodBasics:
     def _topo(self):
         topology = self._topology
         if topology is None or not c_api.lib().hvd_is_initialized():
+            # Asking the library gives its reason: never initialized, shut
+            # down, or a process forked from an initialized one.
+            c_api.check(c_api.lib().hvd_get_topology(ctypes.byref(c_api.Topology(
+                struct_size=ctypes.sizeof(c_api.Topology)))))
             raise ValueError(_NOT_INITIALIZED)
         return topology
 

@@ -48,3 +48,30 @@ def init_error():
         return [type(e).__name__, str(e)]
     hvd.shutdown()
     return None
+
+
+def use_in_a_forked_child():
+    import json
+    import os
+    import sys
+    hvd.init()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        seen = {
+            "allreduce": _error_of(lambda: hvd.allreduce(np.ones(2), name="from.child")),
+            "rank": _error_of(hvd.rank),
+            "init": _error_of(hvd.init),
+            "is_initialized": hvd.is_initialized(),
+        }
+        with os.fdopen(write_end, "w") as out:
+            json.dump(seen, out)
+        sys.exit(0)  # a normal exit: atexit handlers and static destructors run
+    os.close(write_end)
+    with os.fdopen(read_end) as child_out:
+        child = json.load(child_out)
+    _, status = os.waitpid(pid, 0)
+    # The parent's job is untouched by what the child tried.
+    total = hvd.allreduce(np.ones(2) * (hvd.rank() + 1), op=hvd.Sum, name="after.fork").tolist()
+    return {"child": child, "child_exit": status, "parent_allreduce": total}
