@@ -1,17 +1,13 @@
 # test_elastic.py - horovod.torch's elastic worker side on real ranks:
 # TorchState, ElasticSampler and @hvd.elastic.run recovering from a real
 # engine failure in the middle of a DistributedOptimizer step.
-import os
-
-from horovod.common import testing
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The rank side is rank_programs/elastic.py.
+import torch_ranks
 
 
 def run_scenario(name, size=2, env=None, timeout=90):
     env = dict(env or {}, OMP_NUM_THREADS="1")
-    return testing.run_ok(size, "import elastic_ranks\nelastic_ranks.%s()\n" % name, cwd=HERE, env=env,
-                          timeout=timeout)
+    return torch_ranks.run_program_ok(size, "elastic:" + name, env=env, timeout=timeout, cwd=torch_ranks.HERE)
 
 
 def test_torch_state_syncs_model_optimizer_and_values_and_rolls_back():

@@ -1,20 +1,20 @@
-# elastic_ranks.py - what each rank runs in test_elastic.py: TorchState,
-# ElasticSampler and @hvd.elastic.run on real ranks. Each scenario prints one
-# JSON line with what the test checks.
-"""Rank programs for hvd-torch's test_elastic.py."""
-
-import json
+# elastic.py - rank side of test_elastic.py: TorchState, ElasticSampler and
+# @hvd.elastic.run on real ranks. Each scenario reports one JSON object with
+# what the test checks.
+"""Rank programs for test_elastic.py."""
 
 import torch
 import torch.nn.functional as F
 
 import horovod.torch as hvd
+from horovod.common import testing
 
+# Ranks share two cores: intra-op threads would only contend.
 torch.set_num_threads(1)
 
 
 def _report(**values):
-    print(json.dumps(values), flush=True)
+    testing.report(values)
 
 
 def _flat(module):
