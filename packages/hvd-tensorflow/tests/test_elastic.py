@@ -1,20 +1,16 @@
 # test_elastic.py - horovod.tensorflow's elastic worker side on real ranks:
 # TensorFlowState in eager and graph mode, and model.fit under
 # @hvd.elastic.run with the Keras elastic callbacks recovering from a real
-# engine failure, on Keras 3 and on tf-keras.
-import os
-
+# engine failure, on Keras 3 and on tf-keras. The rank side is
+# rank_programs/elastic.py.
 import pytest
 
-from horovod.common import testing
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"}
+import op_ranks
 
 
 def run_scenario(name, env=None, timeout=180):
-    return testing.run_ok(2, "import elastic_ranks\nelastic_ranks.%s()\n" % name, cwd=HERE,
-                          env=dict(ENV, **(env or {})), timeout=timeout)
+    # op_ranks.ENV: TensorFlow quiet, one OpenMP thread
+    return op_ranks.run_program_ok(2, "elastic:" + name, env=env, timeout=timeout)
 
 
 def test_tensorflow_state_eager_syncs_restores_and_commits():

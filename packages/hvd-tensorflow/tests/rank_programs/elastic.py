@@ -1,23 +1,16 @@
-# elastic_ranks.py - what each rank runs in test_elastic.py: TensorFlowState
-# (eager and tf.compat.v1 graph mode), KerasState and model.fit under
-# @hvd.elastic.run with the elastic callbacks. Each scenario prints one JSON
-# line with what the test checks.
+# elastic.py - rank side of test_elastic.py: TensorFlowState (eager and
+# tf.compat.v1 graph mode), KerasState and model.fit under @hvd.elastic.run
+# with the elastic callbacks. Each scenario returns what the test checks.
+# TF_USE_LEGACY_KERAS in the rank's environment picks tf-keras.
 """Rank programs for hvd-tensorflow's test_elastic.py."""
-
-import json
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-tf.config.threading.set_inter_op_parallelism_threads(2)
-tf.config.threading.set_intra_op_parallelism_threads(1)
+import horovod.tensorflow as hvd
+from rank_programs import tensorflow_threads
 
-import horovod.tensorflow as hvd  # noqa: E402
-
-
-def _report(**values):
-    print(json.dumps(values), flush=True)
+tensorflow_threads.limit()
 
 
 def _values(variables):
@@ -25,6 +18,7 @@ def _values(variables):
 
 
 def tensorflow_state_eager():
+    """TensorFlowState over eager variables: sync, restore, commit; returns what each step left."""
     hvd.init()
     rank = hvd.rank()
     variables = [tf.Variable(np.full((2, 2), 1.0 + rank)), tf.Variable(np.full(3, 1.0 + rank, np.float32))]
@@ -46,10 +40,11 @@ def tensorflow_state_eager():
     state.restore()
     out["commit_restore"] = _values([v.numpy() for v in variables])
     out["commit_restore_epoch"] = state.epoch
-    _report(**out)
+    return out
 
 
 def tensorflow_state_graph():
+    """TensorFlowState over a tf.compat.v1 session's global variables; returns what each step left."""
     tf.compat.v1.disable_eager_execution()
     hvd.init()
     rank = hvd.rank()
@@ -71,7 +66,7 @@ def tensorflow_state_graph():
         state.restore()
         out["commit_restore"] = session.run(variable).tolist()
         out["commit_restore_step"] = state.step
-    _report(**out)
+    return out
 
 
 def keras_fit_recovers_from_a_failure():
@@ -114,9 +109,5 @@ def keras_fit_recovers_from_a_failure():
     train(state)
     weights = [w.tolist() for w in model.get_weights()]
     gathered = hvd.allgather_object(weights)
-    _report(keras=keras.__name__, fit_starts=fit_starts, epoch=state.epoch,
-            same_on_all_ranks=all(g == weights for g in gathered))
-
-
-if __name__ == "__main__":
-    globals()[sys.argv[1]]()
+    return {"keras": keras.__name__, "fit_starts": fit_starts, "epoch": state.epoch,
+            "same_on_all_ranks": all(g == weights for g in gathered)}
