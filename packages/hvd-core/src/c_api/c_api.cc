@@ -232,7 +232,14 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
     m.prescale = prescale;
     m.postscale = postscale;
     const hvd_tensor_args* ta = tensor_args_at(args, i);
-    if (ta != nullptr && ta->name != nullptr && ta->name_len > 0) m.name.assign(ta->name, ta->name_len);
+    if (ta != nullptr && ta->name != nullptr && ta->name_len > 0) {
+      if (ta->name_len > hvd::kMaxTensorNameBytes) {
+        throw_error(ErrorCode::kInvalidArgument,
+                    std::string(collective_name(collective)) + " tensor name of " + std::to_string(ta->name_len) +
+                        " bytes is longer than the " + std::to_string(hvd::kMaxTensorNameBytes) + " bytes allowed");
+      }
+      m.name.assign(ta->name, ta->name_len);
+    }
     if (tensorless) {
       m.dtype = DataType::kUInt8;
       h->tensors.push_back(std::move(slot));

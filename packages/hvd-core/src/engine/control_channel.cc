@@ -17,6 +17,12 @@ ControlChannel::ControlChannel(Socket socket, std::string peer_description, doub
 }
 
 void ControlChannel::send(MessageType type, const std::string& payload) {
+  if (payload.size() + 1 > kMaxFrame) {
+    // The receiver would refuse it (and the length would not fit 32 bits).
+    throw_error(ErrorCode::kInternal, "a control message of " + std::to_string(payload.size()) + " bytes for " +
+                                          peer_ + " exceeds the 1 GiB frame limit (too many or too long tensor "
+                                          "names in flight at once)");
+  }
   std::string frame;
   uint32_t length = static_cast<uint32_t>(payload.size() + 1);
   frame.reserve(4 + length);

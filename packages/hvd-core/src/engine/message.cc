@@ -77,13 +77,37 @@ class Reader {
   }
   uint32_t count(size_t min_item_bytes) {
     uint32_t n = pod<uint32_t>();
-    need(static_cast<size_t>(n) * min_item_bytes);
+    if (static_cast<size_t>(n) * min_item_bytes > in_.size() - pos_) {
+      corrupt("a count of " + std::to_string(n) + " items, which need at least " +
+              std::to_string(static_cast<size_t>(n) * min_item_bytes) + " bytes; " +
+              std::to_string(in_.size() - pos_) + " are left");
+    }
     return n;
+  }
+  // A byte that must be one of the values first..last of enum E.
+  template <typename E>
+  E enumerator(int first, int last, const char* what) {
+    auto v = pod<uint8_t>();
+    if (v < first || v > last) corrupt(std::string("unknown ") + what + " " + std::to_string(v));
+    return static_cast<E>(v);
+  }
+  int32_t int_in(int32_t first, int32_t last, const char* what) {
+    auto v = pod<int32_t>();
+    if (v < first || v > last) corrupt(std::string("unknown ") + what + " " + std::to_string(v));
+    return v;
+  }
+  std::string name() {
+    std::string s = str();
+    if (s.size() > kMaxTensorNameBytes) corrupt("a tensor name of " + std::to_string(s.size()) + " bytes");
+    return s;
   }
 
  private:
   void need(size_t n) {
-    if (in_.size() - pos_ < n) throw_error(ErrorCode::kInternal, "corrupt control message (truncated)");
+    if (in_.size() - pos_ < n) corrupt("truncated");
+  }
+  [[noreturn]] static void corrupt(const std::string& why) {
+    throw_error(ErrorCode::kInternal, "corrupt control message (" + why + ")");
   }
   const std::string& in_;
   size_t pos_ = 0;
@@ -110,16 +134,23 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
   return w.take();
 }
 
+// The fewest bytes one encoded item takes (every string and list empty), so a
+// count is checked against what the payload can really hold before anything
+// is allocated for it.
+constexpr size_t kMinRequestBytes = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
+constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4;
+constexpr size_t kMinResponseTensorBytes = 4 + 4 + 4;
+
 std::vector<RequestMeta> decode_requests(const std::string& payload) {
   Reader r(payload);
-  uint32_t n = r.count(4);
+  uint32_t n = r.count(kMinRequestBytes);
   std::vector<RequestMeta> out(n);
   for (auto& m : out) {
-    m.name = r.str();
-    m.collective = static_cast<Collective>(r.pod<uint8_t>());
-    m.dtype = static_cast<DataType>(r.pod<uint8_t>());
-    m.device = r.pod<uint8_t>() == 0 ? Device::kCpu : Device::kCuda;
-    m.reduce_op = r.pod<int32_t>();
+    m.name = r.name();
+    m.collective = r.enumerator<Collective>(HVD_ALLREDUCE, HVD_JOIN, "collective");
+    m.dtype = r.enumerator<DataType>(0, static_cast<int>(DataType::kBool), "dtype");
+    m.device = r.enumerator<Device>(0, 1, "device");
+    m.reduce_op = r.int_in(HVD_OP_AVERAGE, HVD_OP_PRODUCT, "reduce op");
     m.root_rank = r.pod<int32_t>();
     m.prescale = r.pod<double>();
     m.postscale = r.pod<double>();
@@ -161,23 +192,23 @@ std::string encode_responses(const std::vector<Response>& responses) {
 
 std::vector<Response> decode_responses(const std::string& payload) {
   Reader r(payload);
-  uint32_t n = r.count(4);
+  uint32_t n = r.count(kMinResponseBytes);
   std::vector<Response> out(n);
   for (auto& m : out) {
-    m.kind = static_cast<Response::Kind>(r.pod<uint8_t>());
-    m.collective = static_cast<Collective>(r.pod<uint8_t>());
-    m.dtype = static_cast<DataType>(r.pod<uint8_t>());
-    m.device = r.pod<uint8_t>() == 0 ? Device::kCpu : Device::kCuda;
-    m.reduce_op = r.pod<int32_t>();
+    m.kind = r.enumerator<Response::Kind>(0, 1, "response kind");
+    m.collective = r.enumerator<Collective>(HVD_ALLREDUCE, HVD_JOIN, "collective");
+    m.dtype = r.enumerator<DataType>(0, static_cast<int>(DataType::kBool), "dtype");
+    m.device = r.enumerator<Device>(0, 1, "device");
+    m.reduce_op = r.int_in(HVD_OP_AVERAGE, HVD_OP_PRODUCT, "reduce op");
     m.root_rank = r.pod<int32_t>();
     m.prescale = r.pod<double>();
     m.postscale = r.pod<double>();
-    uint32_t k = r.count(12);
+    uint32_t k = r.count(kMinResponseTensorBytes);
     m.names.resize(k);
     m.shapes.resize(k);
     m.first_dims.resize(k);
     for (uint32_t i = 0; i < k; ++i) {
-      m.names[i] = r.str();
+      m.names[i] = r.name();
       m.shapes[i] = r.i64s();
       m.first_dims[i] = r.i64s();
     }
@@ -203,7 +234,7 @@ std::string encode_names(const std::vector<std::string>& names) {
 std::vector<std::string> decode_names(const std::string& payload) {
   Reader r(payload);
   std::vector<std::string> out(r.count(4));
-  for (auto& n : out) n = r.str();
+  for (auto& n : out) n = r.name();
   return out;
 }
 

@@ -30,6 +30,10 @@ std::string collective_upper_name(Collective c);  // "ALLREDUCE", for the timeli
 // Where a tensor's memory is. Every rank must submit a tensor name on the
 // same kind of device; responses fuse only tensors of one kind.
 enum class Device : uint8_t { kCpu = 0, kCuda = 1 };
+
+// The longest tensor name a rank may submit (enqueue refuses longer ones)
+// and a control message may carry (decoding refuses longer ones).
+constexpr size_t kMaxTensorNameBytes = 64 * 1024;
 const char* device_name(Device d);  // "CPU", "GPU"
 
 // One tensor of one rank's request, as sent to the coordinator.

@@ -16,6 +16,9 @@ def test_results_are_never_written_into_read_only_arrays_and_odd_arrays_are_name
         assert report["big-endian"][0] == "ValueError" and "byte order" in report["big-endian"][1]
         assert report["root beyond 32 bits"][0] == "ValueError"
         assert "root_rank 1099511627776" in report["root beyond 32 bits"][1]
+        # Names travel in every control message; the engine bounds them.
+        assert report["name of 70,000 bytes"][0] == "ValueError"
+        assert "longer than the 65536 bytes allowed" in report["name of 70,000 bytes"][1]
 
 
 def test_scale_factors_of_zero_zero_the_result():

@@ -26,6 +26,7 @@ def refusals_of_arrays_and_roots():
         "read-only input is fine": hvd.allreduce(read_only, op=hvd.Sum, name="ro.input").tolist(),
         "big-endian": _error_of(lambda: hvd.allreduce(np.ones(4, dtype=">f4"), name="be")),
         "root beyond 32 bits": _error_of(lambda: hvd.broadcast(np.ones(2, np.float32), 2**40, name="root")),
+        "name of 70,000 bytes": _error_of(lambda: hvd.allreduce(np.ones(2, np.float32), name="n" * 70000)),
     }
 
 
