@@ -61,8 +61,13 @@ void Timeline::stop() {
   lock.unlock();
   if (writer_.joinable()) writer_.join();
   lock.lock();
-  flush_locked(lock);
-  std::fclose(file_);
+  std::vector<std::string> rest;
+  rest.swap(pending_);
+  std::FILE* file = file_;
+  lock.unlock();
+  write_events(rest);
+  std::fclose(file);
+  lock.lock();
   file_ = nullptr;
 }
 
@@ -138,21 +143,25 @@ void Timeline::mark_cycle() {
 
 void Timeline::writer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
+  std::vector<std::string> batch;
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(50));
-    flush_locked(lock);
+    batch.clear();
+    batch.swap(pending_);
+    lock.unlock();
+    write_events(batch);
+    lock.lock();
   }
 }
 
-void Timeline::flush_locked(std::unique_lock<std::mutex>&) {
-  if (file_ == nullptr || pending_.empty()) return;
+void Timeline::write_events(const std::vector<std::string>& events) {
+  if (file_ == nullptr || events.empty()) return;
   std::string chunk;
-  for (auto& e : pending_) {
+  for (const auto& e : events) {
     if (!first_event_) chunk += ",\n";
     first_event_ = false;
     chunk += e;
   }
-  pending_.clear();
   // Overwrite the closing bracket with the new events, then put it back.
   std::fseek(file_, body_end_, SEEK_SET);
   std::fwrite(chunk.data(), 1, chunk.size(), file_);

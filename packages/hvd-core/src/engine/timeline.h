@@ -38,7 +38,10 @@ class Timeline {
  private:
   void emit(const std::string& tensor, const std::string& event_json_without_pid, bool opens = false);
   void writer_loop();
-  void flush_locked(std::unique_lock<std::mutex>& lock);
+  // Appends events to the file. Called without mu_ (a slow disk must not
+  // hold up the threads recording events), by the writer thread or by stop()
+  // once the writer has ended: the file and its position are theirs alone.
+  void write_events(const std::vector<std::string>& events);
   int64_t now_us() const;
 
   std::atomic<bool> active_{false};
