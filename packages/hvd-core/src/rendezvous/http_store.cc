@@ -41,6 +41,11 @@ constexpr double kMaxWaitPerRequestSeconds = 30.0;
 constexpr double kResponseSlackSeconds = 10.0;
 constexpr double kDefaultOperationTimeoutSeconds = 30.0;
 constexpr int kMaxClockSkewSeconds = 300;
+// The store holds values of at most 16 MiB, and its headers are short: a
+// response beyond this (before its signature can even be checked) is not from
+// the store, and reading stops there rather than buffering it.
+constexpr size_t kMaxResponseHeaderBytes = 64 * 1024;
+constexpr size_t kMaxResponseBodyBytes = 16 * 1024 * 1024;
 
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -158,10 +163,25 @@ void send_all(int fd, const std::string& data, Clock::time_point deadline) {
 std::string recv_until_eof(int fd, Clock::time_point deadline) {
   std::string data;
   char buffer[16384];
+  size_t limit = kMaxResponseHeaderBytes;  // until the headers have ended
+  bool headers_seen = false;
   while (true) {
     ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n > 0) {
       data.append(buffer, static_cast<size_t>(n));
+      if (!headers_seen) {
+        size_t header_end = data.find("\r\n\r\n");
+        if (header_end != std::string::npos) {
+          headers_seen = true;
+          limit = header_end + 4 + kMaxResponseBodyBytes;
+        }
+      }
+      if (data.size() > limit) {
+        throw TransportFailure("the response exceeds " + std::to_string(limit) + " bytes (" +
+                                   (headers_seen ? "a body over 16 MiB" : "headers over 64 KiB") +
+                                   "): not an answer of the rendezvous store",
+                               true);
+      }
     } else if (n == 0) {
       return data;
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {

@@ -446,6 +446,24 @@ class _UnsignedResponder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _FloodingResponder(http.server.BaseHTTPRequestHandler):
+    """A server that answers with a 64 MiB body, more than any store value."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(64 << 20))
+        self.end_headers()
+        chunk = b"\0" * (1 << 20)
+        try:
+            for _ in range(64):
+                self.wfile.write(chunk)
+        except OSError:  # the client hung up, as it should
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture
 def fake_server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnsignedResponder)
@@ -517,3 +535,14 @@ def test_cpp_client_reports_unreachable_store(cpp_client_binary, secret):
 
 def test_cpp_client_detects_a_server_without_the_secret(cpp_client_binary, fake_server, secret):
     _run_cpp(cpp_client_binary, fake_server, secret, "unsigned-server")
+
+
+def test_cpp_client_stops_reading_a_response_larger_than_any_store_answer(cpp_client_binary, secret):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FloodingResponder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        _run_cpp(cpp_client_binary, httpd.server_address[1], secret, "oversized-response")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -6,6 +6,7 @@
 //   wrong-secret    every request must be rejected by the store (401)
 //   unreachable     nothing listens at HOST:PORT: get must fail clearly
 //   unsigned-server the responder does not hold the secret: must be detected
+//   oversized-response the responder sends more than a store answer can be
 // Prints "PASS <check>" per check; exits 0 only when every check passed.
 #include <atomic>
 #include <chrono>
@@ -133,6 +134,12 @@ int main(int argc, char** argv) {
                             [&store] { store->get("cpp/anything", 1.0); },
                             {"cannot reach", address});
       check(seconds_since(start) < 5, "unreachable_store_fails_within_timeout");
+    } else if (scenario == "oversized-response") {
+      // The responder streams more than any store answer can hold: the
+      // client stops reading at the cap instead of buffering it all.
+      expect_internal_error("oversized_response_is_refused",
+                            [&store] { store->get("cpp/anything", 1.0); },
+                            {"exceeds", "not an answer of the rendezvous store"});
     } else if (scenario == "unsigned-server") {
       expect_internal_error("unsigned_response_is_detected",
                             [&store] { store->get("cpp/anything", 1.0); },
