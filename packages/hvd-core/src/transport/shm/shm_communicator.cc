@@ -9,6 +9,7 @@
 // with reads of the same buffer two steps earlier.
 #include "transport/shm/shm_communicator.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <linux/futex.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -161,7 +163,66 @@ ShmMemberState* member_states(ShmArenaHeader* h) {
   return reinterpret_cast<ShmMemberState*>(reinterpret_cast<unsigned char*>(h) + members_offset());
 }
 
+constexpr size_t kArenaNameHexDigits = 40;  // "/hvd-" + 40 hex digits, see the constructor
+
+bool is_arena_name(const char* name) {
+  if (std::strncmp(name, "hvd-", 4) != 0 || std::strlen(name) != 4 + kArenaNameHexDigits) return false;
+  for (const char* c = name + 4; *c != '\0'; ++c) {
+    if (!std::isxdigit(static_cast<unsigned char>(*c))) return false;
+  }
+  return true;
+}
+
+// Whether the arena `name` (in /dev/shm, ours) is left over from a job that
+// is gone: its header is complete and every member that recorded itself did
+// so in this PID namespace and is no longer alive. Anything we cannot judge
+// (another namespace, a header not written yet) is kept.
+bool arena_is_stale(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ours = fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+              static_cast<size_t>(st.st_size) >= members_offset() + sizeof(ShmMemberState);
+  void* mem = ours ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  if (mem == MAP_FAILED) return false;
+  const auto* header = static_cast<const ShmArenaHeader*>(mem);
+  bool stale = header->magic == kArenaMagic && header->size > 0 &&
+               data_offset(static_cast<int>(header->size)) <= static_cast<size_t>(st.st_size);
+  if (stale) {
+    const uint64_t namespace_id = pid_namespace_id();
+    const auto* members = reinterpret_cast<const ShmMemberState*>(static_cast<const unsigned char*>(mem) +
+                                                                  members_offset());
+    int recorded = 0;
+    for (uint32_t m = 0; m < header->size && stale; ++m) {
+      int32_t pid = members[m].pid.load();
+      if (pid == 0) continue;  // never attached
+      ++recorded;
+      stale = namespace_id != 0 && members[m].pid_namespace.load() == namespace_id && !process_alive(pid);
+    }
+    stale = stale && recorded > 0;
+  }
+  munmap(mem, static_cast<size_t>(st.st_size));
+  return stale;
+}
+
 }  // namespace
+
+int reclaim_stale_arenas() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  std::vector<std::string> stale;
+  while (dirent* entry = readdir(dir)) {
+    if (is_arena_name(entry->d_name) && arena_is_stale(std::string("/") + entry->d_name)) {
+      stale.push_back(std::string("/") + entry->d_name);
+    }
+  }
+  closedir(dir);
+  for (const auto& name : stale) {
+    if (shm_unlink(name.c_str()) == 0) HVD_LOG(kInfo, "shm: removed " << name << ", left by a job that is gone");
+  }
+  return static_cast<int>(stale.size());
+}
 
 ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : options_(options) {
   rank_ = options.rank;
@@ -178,6 +239,9 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   double rendezvous_timeout = std::max(options.timeout_seconds, 10.0);
   int fd = -1;
   if (rank_ == 0) {
+    // A job whose member 0 was killed before every member attached leaves its
+    // arena's name behind (~1.5 MB each, in a /dev/shm that may hold 64 MiB).
+    reclaim_stale_arenas();
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
       // Left behind by a crashed earlier run with the same key.

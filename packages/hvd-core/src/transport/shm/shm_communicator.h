@@ -16,6 +16,12 @@ namespace hvd {
 class Store;
 struct ShmArenaHeader;
 
+// Removes the arenas in /dev/shm that this user's jobs left behind (their
+// creator was killed before every member attached) and whose members are all
+// gone; returns how many. Arenas of live jobs, of other users or of other PID
+// namespaces are never touched. Called by member 0 before it creates one.
+int reclaim_stale_arenas();
+
 class ShmCommunicator : public Communicator {
  public:
   // Collective over options.hosts' members (all must be on this host).
