@@ -95,6 +95,10 @@ def main():
         data = np.ones(args.mb * (1 << 20) // 4, dtype=np.float32)
         got = hvd.allreduce(data, op=hvd.Sum, name="big")
         expect(got[0] == size and got[-1] == size, "large allreduce")
+        # This rank's last bytes may still sit in its socket buffer when its
+        # allreduce returns; once every rank has left the allreduce (the
+        # barrier), they have crossed the wire and the counters hold them.
+        hvd.barrier()
         after = nic_tx_bytes()
         report["tx_bytes"] = {k: after[k] - before.get(k, 0) for k in after}
     sys.stdout.write("REPORT " + json.dumps(report) + "\n")
