@@ -234,15 +234,15 @@ def uninitialized_then_dead_peer():
         return ["Unknown", str(e)]
 
 
-def divergent_eager_collectives():
-    """Rank 0 allreduces, rank 1 allgathers, eagerly; returns the error, its delay and a later allreduce."""
-    ops.init()
+def _diverge_then_start_again(diverge):
+    """Runs `diverge` (this rank's side of a divergence), then a new engine's allreduce.
+
+    Returns the UnknownError's text (None if nothing was raised), how long it
+    took to come, and the later allreduce's result.
+    """
     start = time.monotonic()
     try:
-        if ops.rank() == 0:
-            ops._allreduce(tf.ones([2]))
-        else:
-            ops.allgather(tf.ones([2]))
+        diverge()
         out = {"error": None}
     except tf.errors.UnknownError as e:
         out = {"error": str(e)}
@@ -250,6 +250,18 @@ def divergent_eager_collectives():
     ops.init()
     out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
     return out
+
+
+def divergent_eager_collectives():
+    """Rank 0 allreduces, rank 1 allgathers, eagerly; returns the error, its delay and a later allreduce."""
+    ops.init()
+
+    def diverge():
+        if ops.rank() == 0:
+            ops._allreduce(tf.ones([2]))
+        else:
+            ops.allgather(tf.ones([2]))
+    return _diverge_then_start_again(diverge)
 
 
 def divergent_graph_collectives():
@@ -263,16 +275,7 @@ def divergent_graph_collectives():
     @tf.function
     def on_rank_1(x):
         return ops.allgather(x, name="only.rank1")
-    start = time.monotonic()
-    try:
-        (on_rank_0 if ops.rank() == 0 else on_rank_1)(tf.ones([2]))
-        out = {"error": None}
-    except tf.errors.UnknownError as e:
-        out = {"error": str(e)}
-    out["seconds"] = time.monotonic() - start
-    ops.init()
-    out["after"] = ops._allreduce(tf.ones([2]), op=ops.Sum).numpy().tolist()
-    return out
+    return _diverge_then_start_again(lambda: (on_rank_0 if ops.rank() == 0 else on_rank_1)(tf.ones([2])))
 
 
 def graph_collectives_submitted_in_opposite_orders():
