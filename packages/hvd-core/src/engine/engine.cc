@@ -16,9 +16,9 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "auth/hmac_sha256.h"
+#include "common/cpu_share.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/engine_config.h"
@@ -185,6 +185,8 @@ void Engine::start(const hvd_init_args* args) {
   // them has started before (a new worker has started none).
   const RendezvousConfig rendezvous = RendezvousConfig::from_environment(placement);
   if (!rendezvous.round.empty()) key_prefix = "r" + rendezvous.round + "/";
+  // Per rank, the kernel it runs on (machine_id(); empty: unknown).
+  std::vector<std::string> machines;
   if (t.size == 1) {
     store_ = std::make_unique<MemoryStore>();
     t.hosts = {hostname};
@@ -203,12 +205,13 @@ void Engine::start(const hvd_init_args* args) {
     PrefixStore store(*store_, key_prefix);
     std::ostringstream me;
     me << hostname << "\n" << connections_->address() << "\n" << ::getpid() << "\n" << endpoint.iface << "\n"
-       << config_.settings_that_must_agree();
+       << config_.settings_that_must_agree() << "\n" << machine_id();
     store.set("peer/" + std::to_string(t.rank), me.str());
     std::vector<std::string> addresses(static_cast<size_t>(t.size));
     std::vector<std::string> locations(static_cast<size_t>(t.size));
     std::vector<std::string> settings(static_cast<size_t>(t.size));
     t.hosts.resize(static_cast<size_t>(t.size));
+    machines.resize(static_cast<size_t>(t.size));
     for (int r = 0; r < t.size; ++r) {
       std::string info = store.get("peer/" + std::to_string(r), config_.connect_timeout_seconds);
       // The elastic driver puts "!<why>" in the place of a rank that will
@@ -223,6 +226,7 @@ void Engine::start(const hvd_init_args* args) {
       std::getline(in, pid);
       std::getline(in, iface);
       std::getline(in, settings[static_cast<size_t>(r)]);
+      std::getline(in, machines[static_cast<size_t>(r)]);
       locations[static_cast<size_t>(r)] = "host " + t.hosts[static_cast<size_t>(r)] + (iface.empty() ? "" : ", " + iface);
     }
     // Ranks that disagree on these would pick different transports and blame
@@ -273,8 +277,21 @@ void Engine::start(const hvd_init_args* args) {
   t.cross_size = placement.cross_size.value_or(derived_cross_size);
   t.homogeneous = true;
   for (const auto& [h, n] : host_counts) t.homogeneous = t.homogeneous && n == host_counts.begin()->second;
-  // Spinning only pays when every local rank can have a core to itself.
-  config_.spin = static_cast<unsigned>(host_counts[hostname]) <= std::max(1u, std::thread::hardware_concurrency());
+  // Spinning only pays when every rank polling on this machine can have a
+  // CPU to itself. Ranks with other host names can still share the machine
+  // (containers, network namespaces): count ranks by kernel, where known.
+  const std::string my_machine = machines.empty() ? "" : machines[static_cast<size_t>(t.rank)];
+  int ranks_on_machine = 0;
+  for (int r = 0; r < t.size; ++r) {
+    const bool same_kernel = !my_machine.empty() && machines[static_cast<size_t>(r)] == my_machine;
+    if (same_kernel || t.hosts[static_cast<size_t>(r)] == hostname) ++ranks_on_machine;
+  }
+  const unsigned cpus = usable_cpus();
+  config_.spin = config_.spin_wait.value_or(static_cast<unsigned>(ranks_on_machine) <= cpus);
+  std::ostringstream waits;
+  waits << "waits " << (config_.spin ? "busy-poll" : "sleep") << " ("
+        << (config_.spin_wait ? "HOROVOD_SPIN_WAIT" : "auto") << ": " << ranks_on_machine
+        << " rank(s) of this job on this machine, " << cpus << " usable CPU(s))";
 
   config_.background_core = background_core_from_environment(t.local_rank, t.local_size);
 
@@ -298,7 +315,7 @@ void Engine::start(const hvd_init_args* args) {
     for (const auto& notice : inert_knob_notices()) HVD_LOG(kWarning, notice);
   }
   HVD_LOG(kInfo, "initialized: rank " << t.rank << " of " << t.size << ", local rank " << t.local_rank << " of "
-                                      << t.local_size << ", host " << hostname);
+                                      << t.local_size << ", host " << hostname << "; " << waits.str());
 }
 
 std::shared_ptr<ProcessSetRuntime> Engine::create_process_set(int32_t id, std::vector<int> ranks) {

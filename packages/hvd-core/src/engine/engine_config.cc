@@ -70,6 +70,7 @@ std::string EngineConfig::settings_that_must_agree() const {
   for (bool nccl : gpu_use_nccl) gpu += nccl ? 'N' : 'C';  // per collective: NCCL or CPU transports
   return std::string("HOROVOD_SHM_DISABLE=") + (allow_shm ? "0" : "1") +
          ";HOROVOD_HIERARCHICAL_ALLREDUCE=" + (hierarchical ? "1" : "0") +
+         ";HOROVOD_HIERARCHICAL_ALLGATHER=" + (hierarchical_allgather ? "1" : "0") +
          ";HOROVOD_CPU_OPERATIONS=" + (use_mpi ? "mpi" : "gloo") +
          ";HOROVOD_DYNAMIC_PROCESS_SETS=" + (dynamic_process_sets ? "1" : "0") +
          ";HOROVOD_GPU_OPERATIONS and HOROVOD_GPU_<OP>=" + gpu;
@@ -109,6 +110,7 @@ EngineConfig EngineConfig::from_environment() {
   c.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", c.connect_timeout_seconds);
   c.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", !c.allow_shm);
   c.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", c.hierarchical);
+  c.hierarchical_allgather = env_bool("HOROVOD_HIERARCHICAL_ALLGATHER", c.hierarchical_allgather);
   // For CUDA tensors only when asked for (Horovod's default is off): NCCL's
   // own algorithms across hosts usually beat a detour through host memory.
   c.gpu_hierarchical = env_is_set("HOROVOD_HIERARCHICAL_ALLREDUCE") && c.hierarchical;
@@ -124,6 +126,15 @@ EngineConfig EngineConfig::from_environment() {
   }
   read_gpu_operations(&c);
   c.dynamic_process_sets = env_bool("HOROVOD_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets);
+  const std::string spin_wait = lower(env_string("HOROVOD_SPIN_WAIT", "auto"));
+  if (spin_wait == "1" || spin_wait == "on") {
+    c.spin_wait = true;
+  } else if (spin_wait == "0" || spin_wait == "off") {
+    c.spin_wait = false;
+  } else if (spin_wait != "auto") {
+    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_SPIN_WAIT=" + env_string("HOROVOD_SPIN_WAIT", "") +
+                                                 " is not supported; use auto (the default), 1 or 0");
+  }
   if (c.peer_timeout_seconds <= 0) {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");
   }

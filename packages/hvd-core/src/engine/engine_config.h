@@ -32,8 +32,12 @@ struct EngineConfig {
   double connect_timeout_seconds = 30;  // HOROVOD_GLOO_TIMEOUT_SECONDS
   bool allow_shm = true;                // HOROVOD_SHM_DISABLE turns it off
   bool hierarchical = true;             // HOROVOD_HIERARCHICAL_ALLREDUCE
+  bool hierarchical_allgather = true;   // HOROVOD_HIERARCHICAL_ALLGATHER
   bool use_mpi = false;                 // HOROVOD_CPU_OPERATIONS=mpi (gloo: hvd's own transports)
-  bool spin = true;  // busy-poll briefly after activity (off when oversubscribed; not a variable)
+  // HOROVOD_SPIN_WAIT: 1 or 0 forces busy-polling waits on or off; unset or
+  // "auto": the engine decides (see Engine::start).
+  std::optional<bool> spin_wait;
+  bool spin = true;  // the decision: waits busy-poll briefly before they block
   int background_core = -1;  // HOROVOD_THREAD_AFFINITY: pin background threads here; -1: no pinning
   // HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_<OP>: NCCL for CUDA tensors, by
   // Collective value (false: staged through the CPU transports).
@@ -44,7 +48,7 @@ struct EngineConfig {
   bool dynamic_process_sets = false;  // HOROVOD_DYNAMIC_PROCESS_SETS
 
   // Everything above but `spin` and `background_core`, which depend on the
-  // topology (see background_core_from_environment).
+  // topology (see Engine::start and background_core_from_environment).
   static EngineConfig from_environment();
 
   // The settings whose values must be the same on every rank (they choose

@@ -25,8 +25,6 @@ constexpr InertKnob kInertKnobs[] = {
     {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kNoAutotune},
     {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kNoAutotune},
     {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kNoAutotune},
-    {"HOROVOD_HIERARCHICAL_ALLGATHER",
-     "hvd's allgather crosses hosts in one TCP ring; only allreduce is hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)"},
     {"HOROVOD_TORUS_ALLREDUCE", "NCCL picks its own ring and tree algorithms across hosts"},
     {"HOROVOD_NUM_NCCL_STREAMS", kOneStream},
     {"HOROVOD_BATCH_D2D_MEMCOPIES", "hvd always batches the copies of a fused response into few kernel launches"},

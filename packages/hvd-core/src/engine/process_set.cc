@@ -69,7 +69,9 @@ void ProcessSetRuntime::start() {
   options.timeout_seconds = cfg.peer_timeout_seconds;
   options.allow_shm = cfg.allow_shm;
   options.hierarchical = cfg.hierarchical;
+  options.hierarchical_allgather = cfg.hierarchical_allgather;
   options.use_mpi = cfg.use_mpi;
+  options.spin = cfg.spin;
   comm_ = create_communicator(options, *context_.store, context_.connections);
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
@@ -283,6 +285,23 @@ void ProcessSetRuntime::loop() {
   }
 }
 
+void ProcessSetRuntime::wait_for_work(Clock::time_point until) {
+  std::vector<pollfd> fds;
+  Clock::time_point deadline;
+  {
+    std::unique_lock<std::mutex> lock(drive_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || finished_) return;
+    // At most kDriverCheck: another caller's thread may complete the
+    // handle this caller waits for, and that wakes no descriptor here.
+    deadline = std::min({until, wake_at_, Clock::now() + kDriverCheck});
+    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+    for (auto& ch : channels_) {
+      if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+    }
+  }
+  wait_for_events(std::move(fds), deadline);
+}
+
 // Sleeps until there is something to do: a local request, a message on a
 // control channel, stop/abort, or the deadline (heartbeats, cycle time).
 // Callers that wait for a result drive the engine themselves, so the
@@ -421,7 +440,9 @@ GpuDataPlane& ProcessSetRuntime::gpu_plane(const std::vector<LocalTensor>& local
       o.timeout_seconds = cfg.peer_timeout_seconds;
       o.allow_shm = cfg.allow_shm;
       o.hierarchical = false;
+      o.hierarchical_allgather = false;
       o.use_mpi = cfg.use_mpi;
+      o.spin = cfg.spin;
       return create_communicator(o, *context_.store, context_.connections);
     };
     gpu_plane_ = std::make_unique<GpuDataPlane>(*comm_, device, options);

@@ -46,7 +46,7 @@ std::unique_ptr<Communicator> create_communicator(const CommOptions& options, St
   if (host_members.size() == 1 && options.allow_shm) {
     return std::make_unique<ShmCommunicator>(options, store);
   }
-  if (host_members.size() > 1 && options.allow_shm && options.hierarchical) {
+  if (host_members.size() > 1 && options.allow_shm && (options.hierarchical || options.hierarchical_allgather)) {
     bool uniform = true;
     for (const auto& members : host_members) uniform = uniform && members.size() == host_members[0].size();
     if (uniform && host_members[0].size() > 1) {

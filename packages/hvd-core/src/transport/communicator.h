@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,14 @@ struct CommOptions {
   std::vector<std::string> hosts;    // member index -> host name (same name = same host)
   double timeout_seconds = 5.0;      // no progress for this long = the peer is dead
   bool allow_shm = true;             // HOROVOD_SHM_DISABLE=1 turns it off
-  bool hierarchical = true;          // use HierarchicalCommunicator when several hosts
+  // Several hosts with as many members each: allreduce / allgather in a
+  // shared-memory stage per host and a TCP stage across hosts.
+  bool hierarchical = true;            // HOROVOD_HIERARCHICAL_ALLREDUCE
+  bool hierarchical_allgather = true;  // HOROVOD_HIERARCHICAL_ALLGATHER
   bool use_mpi = false;              // HOROVOD_CPU_OPERATIONS=mpi: MpiCommunicator for everything
+  // Whether waits may busy-poll (the engine's choice for this machine, see
+  // EngineConfig::spin); unset: the transport judges from its own members.
+  std::optional<bool> spin;
 };
 
 class Communicator {

@@ -1,6 +1,7 @@
 // hierarchical_communicator.h - several hosts with the same number of
-// members each: shared memory inside a host, TCP across hosts between
-// members with the same local index; a flat TCP mesh for everything else.
+// members each: allreduce and allgather in stages - shared memory inside a
+// host, TCP across hosts between members with the same local index; a flat
+// TCP mesh for everything else (and for either of the two when turned off).
 #pragma once
 
 #include <memory>
@@ -31,6 +32,7 @@ class HierarchicalCommunicator : public Communicator {
 
  private:
   void allreduce_in_stages(void* data, size_t count, DataType dtype, ReduceOp op);
+  void allgather_in_stages(const void* in, void* out, const std::vector<size_t>& bytes_per_rank);
   // Runs fn; on failure aborts every stage so no member is left waiting.
   template <typename Fn>
   void guarded(Fn&& fn);
@@ -38,7 +40,13 @@ class HierarchicalCommunicator : public Communicator {
   std::unique_ptr<Communicator> local_;  // members on this host (shm)
   std::unique_ptr<Communicator> cross_;  // same local index on every host (tcp)
   std::unique_ptr<Communicator> flat_;   // all members (tcp)
-  std::vector<unsigned char> shard_;
+  std::vector<std::vector<int>> host_members_;
+  int my_local_ = 0;                 // this member's index on its host
+  bool staged_allreduce_ = true;     // CommOptions::hierarchical
+  bool staged_allgather_ = true;     // CommOptions::hierarchical_allgather
+  std::vector<unsigned char> shard_;     // allreduce: this member's shards
+  std::vector<unsigned char> gathered_;  // allgather: the blocks of this local index on every host
+  std::vector<unsigned char> by_local_;  // allgather: every block, by local index, then host
 };
 
 }  // namespace hvd

@@ -47,7 +47,8 @@ std::atomic<int> g_world_counter{0};
 // One thread per member, each with its own ConnectionManager and
 // communicator built through create_communicator, as a process would.
 void run_world(Transport transport, int size, double timeout_seconds,
-               const std::function<void(Communicator&, int)>& body) {
+               const std::function<void(Communicator&, int)>& body,
+               const std::function<void(CommOptions&)>& adjust = nullptr) {
   MemoryStore store;
   std::string key = "test" + std::to_string(g_world_counter.fetch_add(1)) + "-" + random_hex(8);
   ::hvd_test::run_members(size, [&](int member) {
@@ -72,6 +73,7 @@ void run_world(Transport transport, int size, double timeout_seconds,
         case Transport::kHierarchicalInterleaved: options.hosts.push_back(m % 2 ? "b" : "a"); break;
       }
     }
+    if (adjust) adjust(options);
     std::unique_ptr<Communicator> comm = create_communicator(options, store, &connections);
     body(*comm, member);
     // Keep every link open until all members are done with it.
@@ -155,7 +157,8 @@ std::string label(Transport t, int size, const char* collective, DataType dtype,
          dtype_name(dtype) + " " + reduce_op_name(op) + " n=" + std::to_string(count);
 }
 
-void exercise_all_collectives(Transport transport, int size) {
+void exercise_all_collectives(Transport transport, int size,
+                              const std::function<void(CommOptions&)>& adjust = nullptr) {
   const size_t kCounts[] = {0, 1, 7, 1000, 300000};
   const DataType kDtypes[] = {DataType::kFloat32, DataType::kInt32, DataType::kFloat16,
                               DataType::kBFloat16, DataType::kInt8, DataType::kFloat64};
@@ -266,7 +269,7 @@ void exercise_all_collectives(Transport transport, int size) {
     }
 
     for (int i = 0; i < 20; ++i) comm.barrier();
-  });
+  }, adjust);
 }
 
 }  // namespace
@@ -285,6 +288,42 @@ HVD_COLLECTIVES_TEST(Tcp, 3)
 HVD_COLLECTIVES_TEST(Tcp, 4)
 HVD_COLLECTIVES_TEST(Hierarchical, 4)
 HVD_COLLECTIVES_TEST(HierarchicalInterleaved, 4)
+HVD_COLLECTIVES_TEST(Hierarchical, 6)
+
+HVD_TEST(hierarchical_collectives_stay_exact_with_either_stage_turned_off) {
+  exercise_all_collectives(Transport::kHierarchical, 4, [](CommOptions& o) { o.hierarchical_allgather = false; });
+  exercise_all_collectives(Transport::kHierarchical, 4, [](CommOptions& o) { o.hierarchical = false; });
+}
+
+// From 8 MiB the hierarchical allreduce is cut into chunks whose network
+// stage runs on a second thread; uneven counts put shard and chunk edges
+// in odd places. Every element is checked.
+HVD_TEST(hierarchical_pipelined_allreduce_matches_serial_reference_across_chunk_edges) {
+  struct Case {
+    Transport transport;
+    int size;
+    DataType dtype;
+    ReduceOp op;
+    size_t count;
+  };
+  const Case cases[] = {
+      {Transport::kHierarchical, 4, DataType::kFloat32, ReduceOp::kSum, (size_t{9} << 20) / 4 + 5},
+      {Transport::kHierarchicalInterleaved, 4, DataType::kInt32, ReduceOp::kMax, (size_t{17} << 20) / 4 + 3},
+      {Transport::kHierarchical, 6, DataType::kFloat64, ReduceOp::kMin, (size_t{12} << 20) / 8 + 7},
+      {Transport::kHierarchical, 4, DataType::kFloat16, ReduceOp::kSum, (size_t{70} << 20) / 2 + 1},
+  };
+  for (const Case& c : cases) {
+    run_world(c.transport, c.size, 10.0, [&](Communicator& comm, int me) {
+      std::vector<unsigned char> buf(c.count * dtype_size(c.dtype));
+      for (int round = 0; round < 2; ++round) {  // the second reuses the shard buffers
+        for (size_t i = 0; i < c.count; ++i) store_value(buf.data(), i, c.dtype, input_value(me, i, c.op, c.dtype));
+        comm.allreduce(buf.data(), c.count, c.dtype, c.op);
+        check_reduced(buf.data(), 0, c.count, c.size, c.op, c.dtype,
+                      label(c.transport, c.size, "pipelined allreduce", c.dtype, c.op, c.count));
+      }
+    });
+  }
+}
 
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
   auto name_for = [](Transport t, int size) {
@@ -317,13 +356,13 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // allreduce and must get kInternal within `limit` seconds.
 void expect_survivors_fail(Transport transport, int size, double timeout, double limit,
                            const std::function<void(Communicator&)>& victim_action,
-                           const std::string& message_part) {
+                           const std::string& message_part, size_t count = 100000) {
   run_world(transport, size, timeout, [&](Communicator& comm, int me) {
     if (me == size - 1) {
       victim_action(comm);
       return;
     }
-    std::vector<float> data(100000, 1.0f);
+    std::vector<float> data(count, 1.0f);
     auto start = std::chrono::steady_clock::now();
     bool threw = false;
     try {
@@ -355,6 +394,35 @@ HVD_TEST(tcp_abort_by_one_member_fails_everyone_promptly) {
 
 HVD_TEST(hierarchical_abort_by_one_member_fails_everyone_promptly) {
   expect_survivors_fail(Transport::kHierarchical, 4, 20.0, 2.0, [](Communicator& c) { c.abort("test abort"); }, "");
+}
+
+// 32 MiB: pipelined. The victim aborts while chunks are in flight, so the
+// failure reaches each survivor in one stage while its other thread is in
+// the other (the victim is one member's local peer and another's
+// cross-host peer); both stages must give up at once.
+HVD_TEST(hierarchical_pipelined_allreduce_fails_everyone_promptly_when_a_member_aborts_midway) {
+  const size_t count = size_t{8} << 20;
+  expect_survivors_fail(
+      Transport::kHierarchical, 4, 20.0, 2.0,
+      [count](Communicator& c) {
+        std::thread aborter([&c] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          c.abort("test abort");
+        });
+        std::vector<float> data(count, 1.0f);
+        try {
+          c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+        } catch (const Error&) {
+        }
+        aborter.join();
+      },
+      "", count);
+}
+
+HVD_TEST(hierarchical_pipelined_allreduce_times_out_when_a_member_is_silent) {
+  expect_survivors_fail(Transport::kHierarchical, 4, 1.0, 4.0,
+                        [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); }, "",
+                        size_t{4} << 20);
 }
 
 HVD_TEST(shm_silent_member_times_out_naming_it) {

@@ -2,6 +2,7 @@
 # host, TCP only (HOROVOD_SHM_DISABLE=1), and hierarchical shared memory +
 # TCP across "hosts" (distinct HOROVOD_HOSTNAMEs on this machine). What the
 # ranks run is in rank_programs/topology.py.
+import os
 import re
 
 import pytest
@@ -67,3 +68,48 @@ def test_an_interface_list_this_host_has_none_of_is_a_clear_error():
         assert "none of the network interfaces 'nosuchif0,nosuchif1'" in error, error
         assert "HOROVOD_GLOO_IFACE" in error, error
         assert "lo" in error.split("interfaces with one: ", 1)[1].rstrip(")").split(", "), error
+
+
+def _waits_line(result):
+    lines = [line for line in result.stderr.splitlines() if "initialized: rank" in line]
+    assert len(lines) == 1, str(result)
+    return lines[0].split("; ", 1)[1]
+
+
+@pytest.mark.parametrize("spin_wait, expected", [
+    (None, "waits sleep (auto: 2 rank(s) of this job on this machine, 1 usable CPU(s))"),
+    ("1", "waits busy-poll (HOROVOD_SPIN_WAIT: 2 rank(s) of this job on this machine, 1 usable CPU(s))"),
+])
+def test_ranks_sharing_a_machine_under_different_host_names_count_as_sharing_its_cpus(spin_wait, expected):
+    # Two "hosts" (as network namespaces or containers on one machine are),
+    # both pinned to one CPU: polling would take the CPU from the rank being
+    # waited for, so waits sleep - unless HOROVOD_SPIN_WAIT forces it.
+    env = {"HOROVOD_LOG_LEVEL": "info"}
+    if spin_wait is not None:
+        env["HOROVOD_SPIN_WAIT"] = spin_wait
+    results = ranks.run_program(2, "topology:allreduce_on_cpus", kwargs={"cpus": [0]}, hosts=["hostA", "hostB"],
+                                env=env, timeout=60)
+    for res in results:
+        assert res.returncode == 0, str(res)
+        assert res.last_json() == {"sum": [2.0, 2.0, 2.0]}
+        assert _waits_line(res) == expected
+
+
+def test_ranks_with_a_cpu_each_busy_poll():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs, this process may use %d" % len(cpus))
+    results = ranks.run_program(2, "topology:allreduce_on_cpus", kwargs={"cpus": cpus[:2]},
+                                env={"HOROVOD_LOG_LEVEL": "info"}, timeout=60)
+    for res in results:
+        assert res.returncode == 0, str(res)
+        waits = _waits_line(res)
+        if waits.endswith(", 1 usable CPU(s))"):
+            pytest.skip("this machine's CPU quota leaves one CPU: " + waits)
+        assert waits == "waits busy-poll (auto: 2 rank(s) of this job on this machine, 2 usable CPU(s))"
+
+
+def test_an_unknown_spin_wait_value_is_refused_naming_the_variable():
+    results = ranks.run_program_ok(2, "topology:allreduce_on_cpus", env={"HOROVOD_SPIN_WAIT": "sometimes"})
+    for res in results:
+        assert "HOROVOD_SPIN_WAIT=sometimes is not supported" in res["error"], res

@@ -27,9 +27,9 @@
 #include <cstring>
 #include <fstream>
 #include <new>
-#include <thread>
 
 #include "auth/hmac_sha256.h"
+#include "common/cpu_share.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "reduce/reduce.h"
@@ -109,18 +109,6 @@ uint64_t pid_namespace_id() {
     if (link[i] >= '0' && link[i] <= '9') id = id * 10 + static_cast<uint64_t>(link[i] - '0');
   }
   return id;
-}
-
-// CPUs this process may run on: the affinity mask (taskset, cpusets) can
-// be far smaller than the machine, and spinning only pays with a core each.
-unsigned usable_cpus() {
-  unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    cpus = std::min(cpus, static_cast<unsigned>(std::max(1, CPU_COUNT(&set))));
-  }
-  return cpus;
 }
 
 size_t slot_bytes_from_env(bool spinning) {
@@ -228,7 +216,9 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   rank_ = options.rank;
   size_ = static_cast<int>(options.global_ranks.size());
   if (size_ == 0) size_ = 1;
-  spin_ = static_cast<unsigned>(size_) <= usable_cpus();
+  // The engine decides for the whole machine (ranks of this job in other
+  // namespaces compete for the same CPUs); alone, count the members.
+  spin_ = options.spin.value_or(static_cast<unsigned>(size_) <= usable_cpus());
   slot_bytes_ = slot_bytes_from_env(spin_);
   if (size_ == 1) return;  // nothing to share
 

@@ -49,3 +49,15 @@ def init_with_no_usable_interface():
         return "initialized"
     except ValueError as e:
         return str(e)
+
+
+def allreduce_on_cpus(cpus=None):
+    # Affinity set before init: the engine reads it to decide whether waits busy-poll.
+    if cpus is not None:
+        import os
+        os.sched_setaffinity(0, cpus)
+    try:
+        hvd.init()
+    except ValueError as e:
+        return {"error": str(e)}
+    return {"sum": hvd.allreduce(np.ones(3), op=hvd.Sum).tolist()}

@@ -54,7 +54,8 @@ TUNING_FLAGS = (
                "hosts).", _bool_env, negations=("--no-hierarchical-allreduce",)),
     TuningFlag("--hierarchical-allgather", "hierarchical_allgather", bool,
                "HOROVOD_HIERARCHICAL_ALLGATHER", ("params", "hierarchical_allgather"),
-               "Gather within each host first, then across hosts (no effect in hvd).", _bool_env,
+               "Gather across hosts first, then within each host (hvd's default when the job spans "
+               "hosts).", _bool_env,
                negations=("--no-hierarchical-allgather",)),
     TuningFlag("--torus-allreduce", "torus_allreduce", bool, "HOROVOD_TORUS_ALLREDUCE",
                ("params", "torus_allreduce"),
