@@ -289,7 +289,7 @@ void Engine::start(const hvd_init_args* args) {
   const unsigned cpus = usable_cpus();
   config_.spin = config_.spin_wait.value_or(static_cast<unsigned>(ranks_on_machine) <= cpus);
   std::ostringstream waits;
-  waits << "waits " << (config_.spin ? "busy-poll" : "sleep") << " ("
+  waits << "waits " << (config_.spin ? "busy-poll" : "yield") << " ("
         << (config_.spin_wait ? "HOROVOD_SPIN_WAIT" : "auto") << ": " << ranks_on_machine
         << " rank(s) of this job on this machine, " << cpus << " usable CPU(s))";
 

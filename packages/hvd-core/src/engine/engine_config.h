@@ -37,7 +37,7 @@ struct EngineConfig {
   // HOROVOD_SPIN_WAIT: 1 or 0 forces busy-polling waits on or off; unset or
   // "auto": the engine decides (see Engine::start).
   std::optional<bool> spin_wait;
-  bool spin = true;  // the decision: waits busy-poll briefly before they block
+  bool spin = true;  // the decision: waits busy-poll (else yield the CPU between steps)
   int background_core = -1;  // HOROVOD_THREAD_AFFINITY: pin background threads here; -1: no pinning
   // HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_<OP>: NCCL for CUDA tensors, by
   // Collective value (false: staged through the CPU transports).

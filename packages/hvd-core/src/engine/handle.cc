@@ -109,7 +109,6 @@ namespace {
 // collective; short enough that a rank waiting for a slow peer does not burn
 // a core for long.
 constexpr auto kDriveBudget = std::chrono::microseconds(2000);
-constexpr auto kSleepingDriveBudget = std::chrono::milliseconds(100);
 
 thread_local bool t_driving = false;  // completion callbacks may wait too
 
@@ -161,25 +160,19 @@ bool handle_wait(hvd_handle* handle, double timeout_seconds) {
   auto start = std::chrono::steady_clock::now();
   std::shared_ptr<Driver> driver = handle->driver.lock();
   if (driver && !t_driving && driver->callers_may_drive()) {
-    // A spinning caller polls for kDriveBudget, then leaves the rest of a
-    // long wait to the background thread; one that sleeps between steps
-    // costs no CPU while it waits, so it drives for kSleepingDriveBudget.
-    const bool sleep_between_steps = driver->callers_should_yield();
-    auto drive_until = start + (sleep_between_steps ? kSleepingDriveBudget : kDriveBudget);
+    auto drive_until = start + kDriveBudget;
     if (timeout_seconds >= 0) {
       drive_until = std::min(drive_until, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                       std::chrono::duration<double>(timeout_seconds)));
     }
     t_driving = true;
     driver->begin_driving();
+    const bool yield_each_step = driver->callers_should_yield();
     while (!done() && std::chrono::steady_clock::now() < drive_until) {
-      if (!driver->drive_once()) {
-        // Another thread holds the engine and will finish the work.
-        if (sleep_between_steps) break;
-        std::this_thread::yield();
-      } else if (sleep_between_steps && !done()) {
-        driver->wait_for_work(drive_until);
-      }
+      if (driver->drive_once() && !yield_each_step) continue;
+      // Either the background thread holds the engine and will finish the
+      // work, or our CPU is better spent on a rank we are waiting for.
+      std::this_thread::yield();
     }
     driver->end_driving();
     t_driving = false;

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <functional>
 #include <condition_variable>
 #include <cstdint>
@@ -48,14 +47,10 @@ class Driver {
   virtual void wake() = 0;
   // Whether callers should drive at all.
   virtual bool callers_may_drive() const = 0;
-  // Whether a driving caller should sleep between steps rather than poll
-  // (more ranks on the machine than CPUs: the rank, or the kernel's network
-  // processing, it waits for may need that CPU).
+  // Whether a driving caller should give up its CPU between steps (more
+  // ranks of the job on this machine than CPUs: the rank it waits for, or
+  // the kernel's network processing, may need that CPU).
   virtual bool callers_should_yield() const = 0;
-  // Sleeps until the engine may have work for a driver (a control message,
-  // a request, a timer) or `until`, at most a millisecond; returns at once
-  // when another thread drives.
-  virtual void wait_for_work(std::chrono::steady_clock::time_point until) = 0;
   // Bracket a caller's driving: meanwhile the background thread keeps off
   // the control channels, so a message for the caller does not also wake it.
   virtual void begin_driving() = 0;

@@ -285,23 +285,6 @@ void ProcessSetRuntime::loop() {
   }
 }
 
-void ProcessSetRuntime::wait_for_work(Clock::time_point until) {
-  std::vector<pollfd> fds;
-  Clock::time_point deadline;
-  {
-    std::unique_lock<std::mutex> lock(drive_mu_, std::try_to_lock);
-    if (!lock.owns_lock() || finished_) return;
-    // At most kDriverCheck: another caller's thread may complete the
-    // handle this caller waits for, and that wakes no descriptor here.
-    deadline = std::min({until, wake_at_, Clock::now() + kDriverCheck});
-    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
-    for (auto& ch : channels_) {
-      if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
-    }
-  }
-  wait_for_events(std::move(fds), deadline);
-}
-
 // Sleeps until there is something to do: a local request, a message on a
 // control channel, stop/abort, or the deadline (heartbeats, cycle time).
 // Callers that wait for a result drive the engine themselves, so the

@@ -75,7 +75,6 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void wake() override;
   bool callers_may_drive() const override { return true; }
   bool callers_should_yield() const override { return !context_.config.spin; }
-  void wait_for_work(Clock::time_point until) override;
   void begin_driving() override { active_drivers_.fetch_add(1); }
   void end_driving() override { active_drivers_.fetch_sub(1); }
 

@@ -77,13 +77,13 @@ def _waits_line(result):
 
 
 @pytest.mark.parametrize("spin_wait, expected", [
-    (None, "waits sleep (auto: 2 rank(s) of this job on this machine, 1 usable CPU(s))"),
+    (None, "waits yield (auto: 2 rank(s) of this job on this machine, 1 usable CPU(s))"),
     ("1", "waits busy-poll (HOROVOD_SPIN_WAIT: 2 rank(s) of this job on this machine, 1 usable CPU(s))"),
 ])
 def test_ranks_sharing_a_machine_under_different_host_names_count_as_sharing_its_cpus(spin_wait, expected):
     # Two "hosts" (as network namespaces or containers on one machine are),
     # both pinned to one CPU: polling would take the CPU from the rank being
-    # waited for, so waits sleep - unless HOROVOD_SPIN_WAIT forces it.
+    # waited for, so waits yield it - unless HOROVOD_SPIN_WAIT forces polling.
     env = {"HOROVOD_LOG_LEVEL": "info"}
     if spin_wait is not None:
         env["HOROVOD_SPIN_WAIT"] = spin_wait
