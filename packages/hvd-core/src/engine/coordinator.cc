@@ -53,7 +53,7 @@ std::string Coordinator::rank_list(const std::vector<int>& members) const {
   return out.str();
 }
 
-void Coordinator::add_request(int member, const RequestMeta& meta, Clock::time_point now) {
+void Coordinator::add_request(int member, RequestMeta meta, Clock::time_point now) {
   last_change_ = now;
   if (meta.collective == Collective::kJoin) {
     if (!joined_[static_cast<size_t>(member)]) {
@@ -82,15 +82,19 @@ void Coordinator::add_request(int member, const RequestMeta& meta, Clock::time_p
   Pending& p = it->second;
   if (p.have[static_cast<size_t>(member)]) return;  // enqueue rejects duplicates; be defensive
   p.have[static_cast<size_t>(member)] = 1;
-  p.metas[static_cast<size_t>(member)] = meta;
   ++p.count;
   if (timeline_ != nullptr) timeline_->negotiate_rank_ready(meta.name, config_.global_ranks[static_cast<size_t>(member)]);
-  check_complete(meta.name);
+  const std::string& name = it->first;
+  p.metas[static_cast<size_t>(member)] = std::move(meta);
+  check_complete(name);
 }
 
 void Coordinator::check_complete(const std::string& name) {
   Pending& p = pending_.at(name);
   if (p.complete) return;
+  // Counting first: scanning every member on every arrival made a step cost
+  // P x P per tensor.
+  if (p.count + joined_count_ < size()) return;
   for (int m = 0; m < size(); ++m) {
     if (!p.have[static_cast<size_t>(m)] && !joined_[static_cast<size_t>(m)]) return;
   }
@@ -211,47 +215,55 @@ std::string Coordinator::validate(const std::string& name, const Pending& p, std
     out << ". Every rank must submit the same collective for a tensor name.";
     return out.str();
   };
-  std::string err = check("collective operations", [](const RequestMeta& m) { return std::string(collective_name(m.collective)); });
-  if (!err.empty()) return err;
-  err = check("data types", [](const RequestMeta& m) { return std::string(dtype_name(m.dtype)); });
-  if (!err.empty()) return err;
-  err = check("devices", [](const RequestMeta& m) { return std::string("a ") + device_name(m.device) + " tensor"; });
-  if (!err.empty()) return err;
-  const RequestMeta* ref = nullptr;
-  for (int m = 0; m < size() && ref == nullptr; ++m) {
-    if (p.have[static_cast<size_t>(m)]) ref = &p.metas[static_cast<size_t>(m)];
+  // Identical requests (the usual case) agree on every field: only the join
+  // rule below can still refuse them. Grouping members by each field's text
+  // costs microseconds per member.
+  const RequestMeta* first = nullptr;
+  bool identical = true;
+  for (int m = 0; m < size() && identical; ++m) {
+    if (!p.have[static_cast<size_t>(m)]) continue;
+    if (first == nullptr) first = &p.metas[static_cast<size_t>(m)];
+    identical = p.metas[static_cast<size_t>(m)] == *first;
   }
-  Collective c = ref->collective;
-  if (c == Collective::kAllgather || c == Collective::kAlltoall) {
-    err = check("tensor ranks (number of dimensions)", [](const RequestMeta& m) { return std::to_string(m.shape.size()) + "-dimensional tensors"; });
+  const Collective c = first->collective;
+  if (!identical) {
+    std::string err = check("collective operations", [](const RequestMeta& m) { return std::string(collective_name(m.collective)); });
     if (!err.empty()) return err;
-    err = check("tensor shapes beyond the first dimension", [](const RequestMeta& m) {
-      return "shape " + shape_string(std::vector<int64_t>(m.shape.begin() + (m.shape.empty() ? 0 : 1), m.shape.end())) + " after the first dimension";
+    err = check("data types", [](const RequestMeta& m) { return std::string(dtype_name(m.dtype)); });
+    if (!err.empty()) return err;
+    err = check("devices", [](const RequestMeta& m) { return std::string("a ") + device_name(m.device) + " tensor"; });
+    if (!err.empty()) return err;
+    if (c == Collective::kAllgather || c == Collective::kAlltoall) {
+      err = check("tensor ranks (number of dimensions)", [](const RequestMeta& m) { return std::to_string(m.shape.size()) + "-dimensional tensors"; });
+      if (!err.empty()) return err;
+      err = check("tensor shapes beyond the first dimension", [](const RequestMeta& m) {
+        return "shape " + shape_string(std::vector<int64_t>(m.shape.begin() + (m.shape.empty() ? 0 : 1), m.shape.end())) + " after the first dimension";
+      });
+      if (!err.empty()) return err;
+    } else if (c != Collective::kBarrier) {
+      err = check("tensor shapes", [](const RequestMeta& m) { return "shape " + shape_string(m.shape); });
+      if (!err.empty()) return err;
+    }
+    if (c == Collective::kAllreduce || c == Collective::kReducescatter) {
+      err = check("reduction operations", [](const RequestMeta& m) { return "op " + op_string(m.reduce_op); });
+      if (!err.empty()) return err;
+      err = check("prescale factors", [](const RequestMeta& m) { return "prescale_factor " + double_string(m.prescale); });
+      if (!err.empty()) return err;
+      err = check("postscale factors", [](const RequestMeta& m) { return "postscale_factor " + double_string(m.postscale); });
+      if (!err.empty()) return err;
+    }
+    if (c == Collective::kBroadcast) {
+      // Requests carry the root's position in the set; users think in global ranks.
+      err = check("root ranks", [&](const RequestMeta& m) {
+        return "root_rank " + std::to_string(config_.global_ranks[static_cast<size_t>(m.root_rank)]);
+      });
+      if (!err.empty()) return err;
+    }
+    err = check("groups", [](const RequestMeta& m) {
+      return m.group_size > 1 ? "a group of " + std::to_string(m.group_size) + " tensors" : std::string("no group");
     });
     if (!err.empty()) return err;
-  } else if (c != Collective::kBarrier) {
-    err = check("tensor shapes", [](const RequestMeta& m) { return "shape " + shape_string(m.shape); });
-    if (!err.empty()) return err;
   }
-  if (c == Collective::kAllreduce || c == Collective::kReducescatter) {
-    err = check("reduction operations", [](const RequestMeta& m) { return "op " + op_string(m.reduce_op); });
-    if (!err.empty()) return err;
-    err = check("prescale factors", [](const RequestMeta& m) { return "prescale_factor " + double_string(m.prescale); });
-    if (!err.empty()) return err;
-    err = check("postscale factors", [](const RequestMeta& m) { return "postscale_factor " + double_string(m.postscale); });
-    if (!err.empty()) return err;
-  }
-  if (c == Collective::kBroadcast) {
-    // Requests carry the root's position in the set; users think in global ranks.
-    err = check("root ranks", [&](const RequestMeta& m) {
-      return "root_rank " + std::to_string(config_.global_ranks[static_cast<size_t>(m.root_rank)]);
-    });
-    if (!err.empty()) return err;
-  }
-  err = check("groups", [](const RequestMeta& m) {
-    return m.group_size > 1 ? "a group of " + std::to_string(m.group_size) + " tensors" : std::string("no group");
-  });
-  if (!err.empty()) return err;
   std::vector<int> joined_missing;
   for (int m = 0; m < size(); ++m) {
     if (!p.have[static_cast<size_t>(m)]) joined_missing.push_back(m);
@@ -278,14 +290,10 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
   // Steady state: the same requests as last time -> reuse the response.
   std::string signature;
   bool uniform = joined_missing.empty();
+  for (int m = 0; m < size() && uniform; ++m) uniform = p.metas[static_cast<size_t>(m)] == *ref;
   if (uniform) {
     signature = ResponseCache::signature(*ref);
-    for (int m = 0; m < size() && uniform; ++m) {
-      uniform = ResponseCache::signature(p.metas[static_cast<size_t>(m)]) == signature;
-    }
-    if (uniform) {
-      if (const Response* cached = cache_.lookup(name, signature)) return *cached;
-    }
+    if (const Response* cached = cache_.lookup(name, signature)) return *cached;
   }
   Response r;
   std::vector<int> at_fault;

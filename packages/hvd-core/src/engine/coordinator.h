@@ -43,7 +43,7 @@ class Coordinator {
  public:
   Coordinator(CoordinatorConfig config, Timeline* timeline);
 
-  void add_request(int member, const RequestMeta& meta, Clock::time_point now);
+  void add_request(int member, RequestMeta meta, Clock::time_point now);
   // A member shut down cleanly: the set can complete nothing any more.
   void member_left(int member);
   // Why the set is unusable because members left; empty when none did.

@@ -53,6 +53,14 @@ struct RequestMeta {
   int32_t group_size = 0;
 };
 
+// Field by field: two members asked for exactly the same thing.
+inline bool operator==(const RequestMeta& a, const RequestMeta& b) {
+  return a.collective == b.collective && a.dtype == b.dtype && a.device == b.device && a.reduce_op == b.reduce_op &&
+         a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.group_size == b.group_size && a.shape == b.shape && a.name == b.name && a.group_key == b.group_key;
+}
+inline bool operator!=(const RequestMeta& a, const RequestMeta& b) { return !(a == b); }
+
 struct Response {
   enum class Kind : uint8_t { kExecute = 0, kError = 1 };
   Kind kind = Kind::kExecute;

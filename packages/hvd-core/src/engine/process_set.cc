@@ -486,7 +486,7 @@ void ProcessSetRuntime::step_coordinator() {
   for (size_t m = 1; m < channels_.size(); ++m) {
     while (channels_[m].open() && channels_[m].try_receive(&type, &payload)) {
       if (type == MessageType::kRequests) {
-        for (const auto& meta : decode_requests(payload)) coordinator_->add_request(static_cast<int>(m), meta, now);
+        for (auto& meta : decode_requests(payload)) coordinator_->add_request(static_cast<int>(m), std::move(meta), now);
       } else if (type == MessageType::kWaiting) {
         coordinator_->set_waiting(static_cast<int>(m), decode_names(payload), now);
       } else if (type == MessageType::kGoodbye) {

@@ -179,7 +179,7 @@ void HierarchicalCommunicator::allreduce_in_stages(void* data, size_t count, Dat
           progress.failure = std::current_exception();
         }
         progress.cv.notify_all();
-        local_->abort(e.what());  // this thread may be in a shared-memory step
+        local_->abort(e.what());  // the other thread may be blocked in a shared-memory step
         return;
       }
       {
