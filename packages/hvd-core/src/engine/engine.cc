@@ -29,7 +29,12 @@
 namespace hvd {
 namespace {
 
-std::mutex g_mu;  // guards g_engine and serialises init/shutdown
+// Two locks, so that a start-up waiting up to HOROVOD_GLOO_TIMEOUT_SECONDS
+// for its peers does not block every other thread's hvd.rank() or
+// hvd.is_initialized() (or a fork) for that long.
+std::mutex g_lifecycle_mu;  // serialises init and shutdown; held through start-up's network waits
+std::mutex g_mu;            // guards the variables below; held only briefly
+bool g_lifecycle_busy = false;  // an init or shutdown holds g_lifecycle_mu
 std::shared_ptr<Engine> g_engine;
 uint64_t g_generation = 0;  // inits so far in this process; keeps store keys apart
 // In a process forked while an engine ran: the parent's pid (0 otherwise).
@@ -43,13 +48,15 @@ const char* kNotInitialized = "Horovod has not been initialized; use hvd.init().
 // taken as the parent's by the peers and break the job. The child forgets the
 // engine without destroying it (its destructor would say goodbye on the
 // parent's connections) and refuses every call. g_mu is held across the fork
-// so the child never inherits it locked by a thread it does not have.
+// so the child never inherits it locked by a thread it does not have. A
+// child forked while another thread was starting or stopping an engine
+// inherits g_lifecycle_mu locked for good: it refuses every call too.
 void before_fork() { g_mu.lock(); }
 void after_fork_in_parent() { g_mu.unlock(); }
 void after_fork_in_child() {
-  if (g_engine) {
+  if (g_engine || g_lifecycle_busy) {
     g_forked_from = getppid();
-    new std::shared_ptr<Engine>(std::move(g_engine));  // leaked on purpose
+    if (g_engine) new std::shared_ptr<Engine>(std::move(g_engine));  // leaked on purpose
   }
   g_mu.unlock();
 }
@@ -61,6 +68,27 @@ void after_fork_in_child() {
                   "Call hvd functions in the parent only, or start child processes that need hvd with the "
                   "'spawn' start method (multiprocessing.set_start_method('spawn'))");
 }
+
+// Holds g_lifecycle_mu for an init or shutdown, after refusing a forked child.
+class LifecycleLock {
+ public:
+  LifecycleLock() {
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (g_forked_from != 0) throw_forked_child();
+    }
+    lock_ = std::unique_lock<std::mutex>(g_lifecycle_mu);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_lifecycle_busy = true;
+  }
+  ~LifecycleLock() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_lifecycle_busy = false;
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
 
 }  // namespace
 
@@ -106,23 +134,35 @@ void Engine::abort(const std::string& reason) {
 
 void Engine::init(const hvd_init_args* args) {
   std::call_once(g_fork_handlers, [] { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_forked_from != 0) throw_forked_child();
-  if (g_engine) {
-    std::shared_ptr<const Error> why = g_engine->global_set_failure();
+  LifecycleLock lifecycle;
+  std::shared_ptr<Engine> current;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    current = g_engine;
+  }
+  if (current) {
+    std::shared_ptr<const Error> why = current->global_set_failure();
     if (!why) return;
     // A failed engine is of no use: every rank meets again in a new one.
     HVD_LOG(kInfo, "replacing the engine that failed: " << why->what());
-    std::shared_ptr<Engine> failed;
-    failed.swap(g_engine);
-    failed->stop();
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_engine.reset();
+    }
+    current->stop();
   }
   std::shared_ptr<Engine> engine(new Engine());
   engine->start(args);
+  std::lock_guard<std::mutex> lock(g_mu);
   g_engine = std::move(engine);
 }
 
 void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_forked_from != 0) return;  // the engine is the parent's
+  }
+  LifecycleLock lifecycle;
   std::shared_ptr<Engine> engine;
   {
     std::lock_guard<std::mutex> lock(g_mu);

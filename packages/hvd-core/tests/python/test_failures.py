@@ -66,3 +66,14 @@ def test_hvd_abort_fails_every_rank_with_its_reason_and_init_starts_again():
         assert res["after"] == [3.0], res
     for res in results[:2]:
         assert "input pipeline broke" in res["pair"], res
+
+
+def test_other_threads_are_answered_while_init_waits_for_a_late_peer():
+    # Start-up holds its lock through the wait for peers; the engine's state
+    # is guarded by another, so other threads are not held up with it.
+    rank0, rank1 = ranks.run_program_ok(2, "failures:other_threads_answer_while_init_waits", kwargs={"late_by": 3},
+                                        timeout=60)
+    assert rank0["init_seconds"] >= 2.5, rank0
+    assert rank0["slowest_answer"] < 0.5, rank0
+    assert rank0["answered_not_yet"] >= 20 and rank0["after"] is True, rank0
+    assert rank0["sum"] == rank1["sum"] == 2.0

@@ -116,3 +116,26 @@ def rank_2_aborts():
     hvd.shutdown()
     c_api.check(lib.hvd_abort(None, 0))  # no engine: nothing to do
     return out
+
+
+def other_threads_answer_while_init_waits(late_by):
+    # Rank 1 comes late_by seconds late; meanwhile rank 0's init waits for it
+    # on one thread while another keeps asking whether hvd is initialized.
+    import threading
+    if int(os.environ["HOROVOD_RANK"]) == 1:
+        time.sleep(late_by)
+        hvd.init()
+        return {"sum": float(hvd.allreduce(np.ones(1), op=hvd.Sum)[0])}
+    start = time.monotonic()
+    init = threading.Thread(target=hvd.init)
+    init.start()
+    slowest, answers = 0.0, []
+    while init.is_alive():
+        t0 = time.monotonic()
+        answers.append(hvd.is_initialized())
+        slowest = max(slowest, time.monotonic() - t0)
+        time.sleep(0.05)
+    init.join()
+    return {"init_seconds": time.monotonic() - start, "slowest_answer": slowest,
+            "answered_not_yet": answers.count(False), "after": hvd.is_initialized(),
+            "sum": float(hvd.allreduce(np.ones(1), op=hvd.Sum)[0])}
