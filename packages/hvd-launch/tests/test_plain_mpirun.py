@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -161,3 +162,38 @@ def test_process_sets_from_split_communicators_are_registered_on_every_rank(mpi_
         assert report["table"] == {"0": [0, 1, 2], "1": [0, 2], "2": [1], "3": [0]}, report
         assert report["ids"] == [1 if even else 2, None, 3] and report["again"] == [1 if even else 2, 3], report
         assert report["total"] == ([2.0] if even else [1.0]) and report["global_comm"], report
+
+
+def test_exchange_files_of_killed_jobs_are_removed_by_the_next_job(tmp_path):
+    # Rank 0 removes its file at exit - not when it is killed. The next job's
+    # rank 0 removes this user's files whose launcher is gone, once they are
+    # old enough not to belong to a job still starting.
+    from horovod.common import mpirun_bootstrap
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    alive = subprocess.Popen(["sleep", "120"])
+    old = time.time() - 2 * mpirun_bootstrap.STALE_EXCHANGE_FILE_SECONDS
+    uid = os.getuid()
+    files = {
+        "dead_launcher": "hvd-mpirun-%d-%d-12345.json" % (uid, gone.pid),
+        "reused_pid": "hvd-mpirun-%d-%d-1.json" % (uid, alive.pid),
+        "live_launcher": os.path.basename(mpirun_bootstrap._exchange_file(parent=alive.pid)),
+        "recent": "hvd-mpirun-%d-%d-12345-recent.json" % (uid, gone.pid),
+        "not_ours": "hvd-mpirun-%d-%d-12345.json" % (uid + 1, gone.pid),
+    }
+    for key, name in files.items():
+        path = tmp_path / name
+        path.write_text("{}")
+        os.chmod(path, 0o600)
+        if key != "recent":
+            os.utime(path, (old, old))
+    try:
+        results = _run_as_mpirun_ranks(2, [WORKER, "file-exchange"], tmp_path)
+    finally:
+        alive.kill()
+        alive.wait()
+    for out, err, code in results:
+        assert code == 0, err
+    left = set(os.listdir(tmp_path))
+    assert files["dead_launcher"] not in left and files["reused_pid"] not in left
+    assert {files["live_launcher"], files["recent"], files["not_ours"]} <= left

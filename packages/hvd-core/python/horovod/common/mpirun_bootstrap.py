@@ -186,15 +186,60 @@ def _exchange_over_mpi(mpi, launcher_size):
     return address, info["port"], info["secret"], rank, size
 
 
+def _start_time(pid):
+    """The start time of process `pid` (clock ticks after boot, as text), or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def _exchange_file(parent=None):
     # Named after the launcher process every rank shares as its parent (pid
     # and start time: unique even after pid reuse), so a file left by a killed
     # job is never taken for this one's.
     parent = parent or os.getppid()
-    with open("/proc/%d/stat" % parent) as f:
-        started = f.read().rsplit(")", 1)[1].split()[19]
     directory = os.environ.get("TMPDIR", "/tmp")
-    return os.path.join(directory, "hvd-mpirun-%d-%d-%s.json" % (os.getuid(), parent, started))
+    return os.path.join(directory, "hvd-mpirun-%d-%d-%s.json" % (os.getuid(), parent, _start_time(parent)))
+
+
+# A file younger than this is never removed as stale: its job may still be
+# starting, in a PID namespace where its launcher's pid means nothing to us.
+STALE_EXCHANGE_FILE_SECONDS = 120
+
+
+def _remove_stale_exchange_files(directory):
+    """Removes this user's exchange files whose launcher is gone.
+
+    Rank 0 removes its file at exit, but not when it is killed; the next job's
+    rank 0 clears what such jobs left: plain files of this user, older than
+    STALE_EXCHANGE_FILE_SECONDS, whose launcher pid is gone or now belongs to
+    a process started at another time. Returns the names removed.
+    """
+    prefix = "hvd-mpirun-%d-" % os.getuid()
+    removed = []
+    for name in os.listdir(directory):
+        if not (name.startswith(prefix) and name.endswith(".json")):
+            continue
+        pid_text, _, started = name[len(prefix):-len(".json")].partition("-")
+        if not pid_text.isdigit():
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
+                or time.time() - st.st_mtime < STALE_EXCHANGE_FILE_SECONDS
+                or _start_time(int(pid_text)) == started):
+            continue
+        try:
+            os.unlink(path)
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def _read_private_file(path):
@@ -226,6 +271,7 @@ def _exchange_through_a_file(rank, size):
         secret = make_secret()
         _server = RendezvousServer(secret, host="127.0.0.1")
         port = _server.start()
+        _remove_stale_exchange_files(os.path.dirname(path))
         # O_EXCL and O_NOFOLLOW: never write through a name another user planted.
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
