@@ -116,20 +116,11 @@ def run_once(backend, hosts_spec, plan, opts, work_dir):
         except subprocess.TimeoutExpired as e:
             ok, log = False, "(killed after %d s)\n%s" % (opts.timeout, e.stdout or "")
         wall = time.monotonic() - t0
-        payloads = []
-        for r in range(nproc):
-            path = os.path.join(tmp, "rank%d.json" % r)
-            if os.path.exists(path):
-                with open(path) as f:
-                    payloads.append(json.load(f))
+        payloads = ab.read_rank_payloads(tmp, nproc)
         if not ok or len(payloads) != nproc:
             print("  ! %s failed; its output:\n%s" % (backend, log[-4000:]), flush=True)
             return None
-    per_size = {}
-    for size_str in payloads[0]["results"]:
-        per_rank = [p["results"][size_str] for p in payloads]
-        per_size[int(size_str)] = [max(ts) for ts in zip(*per_rank)]
-    return {"wall_s": wall, "results": per_size}
+    return {"wall_s": wall, "results": ab.slowest_per_iteration(payloads)}
 
 
 def measure(hosts_spec, sizes, backends, opts, work_dir, gbit):
@@ -172,14 +163,7 @@ def table(hosts_spec, sizes, medians, gbit, markdown):
         if "hvd" in have and "mpi" in have:
             row.append("%.2f" % (medians["mpi"][s] / medians["hvd"][s]))
         rows.append(row)
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-    else:
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-        lines = ["  ".join(str(x).rjust(w) for x, w in zip(head, widths))]
-        lines += ["  ".join(str(x).rjust(w) for x, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
+    return ab.render_table(head, rows, markdown)
 
 
 def target_lines(name, hosts_spec, sizes, medians, gbit):

@@ -417,25 +417,35 @@ def run_backend(backend, nproc, plan, opts):
         t0 = time.monotonic()
         ok, log = launch(backend, nproc, spec_path, tmp, opts.timeout)
         wall = time.monotonic() - t0
-        payloads = []
-        for r in range(nproc):
-            path = os.path.join(tmp, "rank%d.json" % r)
-            if os.path.exists(path):
-                with open(path) as f:
-                    payloads.append(json.load(f))
+        payloads = read_rank_payloads(tmp, nproc)
         if not ok or len(payloads) != nproc:
             print("  ! %s at P=%d failed; its output:\n%s" % (backend, nproc, _indent(log[-4000:])), flush=True)
             return None
     out = {"library": payloads[0].get("library", "?"), "wall_s": wall}
     for key in ("results", "copy_results"):
-        per_size = {}
-        for size_str in payloads[0].get(key, {}):
-            per_rank = [p[key][size_str] for p in payloads]
-            # The slowest rank bounds each iteration: the allreduce is done when
-            # the last rank has its result.
-            per_size[int(size_str)] = [max(ts) for ts in zip(*per_rank)]
-        out[key] = per_size
+        out[key] = slowest_per_iteration(payloads, key)
     return out
+
+
+def read_rank_payloads(directory, nproc):
+    """What the workers wrote (rank<r>.json), in rank order; shorter when some wrote nothing."""
+    payloads = []
+    for r in range(nproc):
+        path = os.path.join(directory, "rank%d.json" % r)
+        if os.path.exists(path):
+            with open(path) as f:
+                payloads.append(json.load(f))
+    return payloads
+
+
+def slowest_per_iteration(payloads, key="results"):
+    """{size: [seconds per iteration]}, each the slowest rank's: the allreduce is
+    done when the last rank has its result."""
+    per_size = {}
+    for size_str in payloads[0].get(key, {}):
+        per_rank = [p[key][size_str] for p in payloads]
+        per_size[int(size_str)] = [max(ts) for ts in zip(*per_rank)]
+    return per_size
 
 
 def summarize(runs, nproc):
@@ -503,6 +513,11 @@ def table(nproc, sizes, res, markdown):
             if "hvd" in have and ref in have:
                 row.append("%.2f" % (bw["hvd"] / bw[ref]) if "hvd" in bw and ref in bw else "-")
         rows.append(row)
+    return render_table(head, rows, markdown)
+
+
+def render_table(head, rows, markdown):
+    """A Markdown table, or right-aligned text columns."""
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]

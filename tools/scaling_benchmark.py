@@ -34,6 +34,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import allreduce_benchmark as ab  # noqa: E402  (reads the workers' files)
 
 MODES = {
     "cached": {},
@@ -86,12 +88,7 @@ def run_job(ranks, mode, tensors, steps, opts):
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=opts.timeout, stdin=subprocess.DEVNULL)
         wall = time.monotonic() - t0
-        per_rank = []
-        for r in range(ranks):
-            path = os.path.join(tmp, "rank%d.json" % r)
-            if os.path.exists(path):
-                with open(path) as f:
-                    per_rank.append(json.load(f))
+        per_rank = ab.read_rank_payloads(tmp, ranks)
         if proc.returncode != 0 or len(per_rank) != ranks:
             print("  ! P=%d %s T=%d failed:\n%s" % (ranks, mode, tensors, proc.stdout[-3000:]), flush=True)
             return None
