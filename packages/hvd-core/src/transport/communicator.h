@@ -61,8 +61,9 @@ class Communicator {
   // In place: data (count elements) becomes the reduction over all members.
   virtual void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) = 0;
   // out = the reduction of every member's `in`, where the transport can write
-  // it there directly (NCCL); returns false, having done nothing, where it
-  // cannot, and the caller copies `in` to `out` and reduces in place.
+  // it there directly (NCCL, shared memory, hierarchical); returns false,
+  // having done nothing, where it cannot, and the caller copies `in` to `out`
+  // and reduces in place.
   virtual bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
     return false;
   }

@@ -74,17 +74,20 @@ void HierarchicalCommunicator::guarded(Fn&& fn) {
 }
 
 void HierarchicalCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  try {
+  guarded([&] {
     if (staged_allreduce_) {
-      allreduce_in_stages(data, count, dtype, op);
+      allreduce_in_stages(data, data, count, dtype, op);
     } else {
       flat_->allreduce(data, count, dtype, op);
     }
-  } catch (const Error& e) {
-    // A failure in one stage must reach the members waiting in the others.
-    abort(e.what());
-    throw;
-  }
+  });
+}
+
+bool HierarchicalCommunicator::allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype,
+                                                      ReduceOp op) {
+  if (!staged_allreduce_) return false;  // flat TCP reduces in place
+  guarded([&] { allreduce_in_stages(in, out, count, dtype, op); });
+  return true;
 }
 
 namespace {
@@ -119,12 +122,14 @@ std::vector<size_t> shard_counts(size_t count, int local_size) {
 
 }  // namespace
 
-void HierarchicalCommunicator::allreduce_in_stages(void* data, size_t count, DataType dtype, ReduceOp op) {
+void HierarchicalCommunicator::allreduce_in_stages(const void* in, void* out, size_t count, DataType dtype,
+                                                   ReduceOp op) {
   if (count == 0) return;
   const size_t esize = dtype_size(dtype);
   const int local_size = local_->size();
   const int me = local_->rank();
-  unsigned char* bytes = static_cast<unsigned char*>(data);
+  const unsigned char* input = static_cast<const unsigned char*>(in);
+  unsigned char* bytes = static_cast<unsigned char*>(out);
   const std::vector<size_t> bounds = chunk_bounds(count, esize, local_size);
   const size_t chunks = bounds.size() - 1;
   // This member's shard of each chunk, one after another in shard_.
@@ -136,7 +141,7 @@ void HierarchicalCommunicator::allreduce_in_stages(void* data, size_t count, Dat
   }
   if (shard_.size() < shard_offset[chunks]) shard_.resize(shard_offset[chunks]);
   auto reduce_locally = [&](size_t c) {
-    local_->reducescatter(bytes + bounds[c] * esize, shard_.data() + shard_offset[c], shards[c], dtype, op);
+    local_->reducescatter(input + bounds[c] * esize, shard_.data() + shard_offset[c], shards[c], dtype, op);
   };
   auto cross_hosts = [&](size_t c) {
     cross_->allreduce(shard_.data() + shard_offset[c], shards[c][static_cast<size_t>(me)], dtype, op);

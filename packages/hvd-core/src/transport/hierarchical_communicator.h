@@ -20,6 +20,7 @@ class HierarchicalCommunicator : public Communicator {
                            Store& store, ConnectionManager& connections);
 
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -31,7 +32,7 @@ class HierarchicalCommunicator : public Communicator {
   std::string transport_name() const override { return "hierarchical(shm+tcp)"; }
 
  private:
-  void allreduce_in_stages(void* data, size_t count, DataType dtype, ReduceOp op);
+  void allreduce_in_stages(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
   void allgather_in_stages(const void* in, void* out, const std::vector<size_t>& bytes_per_rank);
   // Runs fn; on failure aborts every stage so no member is left waiting.
   template <typename Fn>

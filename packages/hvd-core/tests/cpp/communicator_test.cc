@@ -325,6 +325,37 @@ HVD_TEST(hierarchical_pipelined_allreduce_matches_serial_reference_across_chunk_
   }
 }
 
+// Out of place: shared memory and hierarchical write the reduction straight
+// into `out` and leave `in` alone; TCP declines and touches nothing.
+HVD_TEST(allreduce_out_of_place_matches_the_reference_and_leaves_the_input) {
+  const struct {
+    Transport transport;
+    int size;
+    bool writes;
+  } cases[] = {{Transport::kShm, 2, true}, {Transport::kShm, 3, true}, {Transport::kTcp, 2, false},
+               {Transport::kHierarchical, 4, true}, {Transport::kHierarchicalInterleaved, 4, true}};
+  const size_t counts[] = {1, 1000, 300001, (size_t{9} << 20) / 4 + 3};  // small, pipelined, staged in chunks
+  for (const auto& c : cases) {
+    run_world(c.transport, c.size, 10.0, [&](Communicator& comm, int me) {
+      for (size_t count : counts) {
+        std::vector<float> in(count), out(count, -100.0f);
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(input_value(me, i, ReduceOp::kSum, DataType::kFloat32));
+        const std::vector<float> original = in;
+        const bool wrote = comm.allreduce_out_of_place(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        const std::string what = label(c.transport, c.size, "allreduce_out_of_place", DataType::kFloat32,
+                                       ReduceOp::kSum, count);
+        EXPECT_EQ(wrote, c.writes);
+        if (in != original) ::hvd_test::fail(__FILE__, __LINE__, what + ": the input changed");
+        if (wrote) {
+          check_reduced(out.data(), 0, count, c.size, ReduceOp::kSum, DataType::kFloat32, what);
+        } else if (std::any_of(out.begin(), out.end(), [](float v) { return v != -100.0f; })) {
+          ::hvd_test::fail(__FILE__, __LINE__, what + ": declined but wrote the output");
+        }
+      }
+    });
+  }
+}
+
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
   auto name_for = [](Transport t, int size) {
     std::string name;

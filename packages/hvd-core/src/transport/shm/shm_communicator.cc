@@ -474,27 +474,35 @@ void ShmCommunicator::barrier() {
 }
 
 void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  allreduce_out_of_place(data, data, count, dtype, op);
+}
+
+// Out of place costs what in place does: the input is read where in place
+// would read `data`, the result written where it would write it.
+bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
   check_abort("allreduce");
-  if (count == 0) return;
+  if (count == 0) return true;
   if (size_ == 1) {
+    if (in != out) std::memmove(out, in, count * dtype_size(dtype));
     if (dtype == DataType::kBool) {
-      const void* srcs[1] = {data};
-      reduce_many(data, srcs, 1, count, dtype, op);  // canonical 0/1
+      const void* srcs[1] = {out};
+      reduce_many(out, srcs, 1, count, dtype, op);  // canonical 0/1
     }
-    return;
+    return true;
   }
   size_t bytes = count * dtype_size(dtype);
   if (bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) {
-    allreduce_small(data, count, dtype, op);
+    allreduce_small(in, out, count, dtype, op);
   } else {
-    allreduce_pipelined(data, count, dtype, op);
+    allreduce_pipelined(in, out, count, dtype, op);
   }
+  return true;
 }
 
-void ShmCommunicator::allreduce_small(void* data, size_t count, DataType dtype, ReduceOp op) {
+void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
   size_t bytes = count * dtype_size(dtype);
   int buffer = static_cast<int>(step_ & 1);
-  std::memcpy(slot(buffer, rank_), data, bytes);
+  std::memcpy(slot(buffer, rank_), in, bytes);
   step_barrier("allreduce");
   const void* srcs[64];
   std::vector<const void*> many;
@@ -504,20 +512,22 @@ void ShmCommunicator::allreduce_small(void* data, size_t count, DataType dtype, 
     src_list = many.data();
   }
   for (int m = 0; m < size_; ++m) src_list[m] = slot(buffer, m);
-  reduce_many(data, src_list, size_, count, dtype, op);
+  reduce_many(out, src_list, size_, count, dtype, op);
 }
 
-void ShmCommunicator::allreduce_pipelined(void* data, size_t count, DataType dtype, ReduceOp op) {
+void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
   const size_t esize = dtype_size(dtype);
   const size_t align_elems = std::max<size_t>(1, 64 / esize);  // shares start on cache lines
   const size_t chunk_elems = slot_bytes_ / esize;
   const size_t num_chunks = (count + chunk_elems - 1) / chunk_elems;
-  unsigned char* bytes = static_cast<unsigned char*>(data);
+  const unsigned char* input = static_cast<const unsigned char*>(in);
+  unsigned char* bytes = static_cast<unsigned char*>(out);
   std::vector<const void*> srcs(size_);
 
   // Member m reduces share m of every chunk. Our own share never goes
-  // through the arena: it is reduced in place in `data` (others only read
-  // their shares from our slot), which saves a copy in and a copy out.
+  // through the arena: it is reduced from `in` straight into `out` (others
+  // only read their shares from our slot), which saves a copy in and a copy
+  // out.
   struct Share {
     size_t begin, end;
   };
@@ -533,10 +543,11 @@ void ShmCommunicator::allreduce_pipelined(void* data, size_t count, DataType dty
     size_t begin = c * chunk_elems;
     size_t elems = std::min(chunk_elems, count - begin);
     int buffer = static_cast<int>(step_ & 1);
+    const unsigned char* in_chunk = input + begin * esize;
     unsigned char* chunk = bytes + begin * esize;
     Share mine = share_of(elems, rank_);
-    std::memcpy(slot(buffer, rank_), chunk, mine.begin * esize);
-    std::memcpy(slot(buffer, rank_) + mine.end * esize, chunk + mine.end * esize, (elems - mine.end) * esize);
+    std::memcpy(slot(buffer, rank_), in_chunk, mine.begin * esize);
+    std::memcpy(slot(buffer, rank_) + mine.end * esize, in_chunk + mine.end * esize, (elems - mine.end) * esize);
     step_barrier("allreduce");
     if (previous_buffer >= 0) {
       Share previous_mine = share_of(previous_elems, rank_);
@@ -547,7 +558,7 @@ void ShmCommunicator::allreduce_pipelined(void* data, size_t count, DataType dty
     }
     if (mine.end > mine.begin) {
       unsigned char* my_share = chunk + mine.begin * esize;
-      srcs[0] = my_share;  // dst may alias srcs[0]
+      srcs[0] = in_chunk + mine.begin * esize;  // dst may alias srcs[0]
       int next = 1;
       for (int m = 0; m < size_; ++m) {
         if (m != rank_) srcs[next++] = slot(buffer, m) + mine.begin * esize;

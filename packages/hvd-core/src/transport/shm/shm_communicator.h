@@ -30,6 +30,7 @@ class ShmCommunicator : public Communicator {
   ~ShmCommunicator() override;
 
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -54,8 +55,8 @@ class ShmCommunicator : public Communicator {
   unsigned char* slot(int buffer, int member) const;    // slot_bytes_ per member
   unsigned char* result(int buffer) const;              // slot_bytes_
   unsigned char* whole_buffer(int buffer) const { return slot(buffer, 0); }  // size_ * slot_bytes_
-  void allreduce_small(void* data, size_t count, DataType dtype, ReduceOp op);
-  void allreduce_pipelined(void* data, size_t count, DataType dtype, ReduceOp op);
+  void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+  void allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
   size_t max_over_members(size_t value);
 
   CommOptions options_;
