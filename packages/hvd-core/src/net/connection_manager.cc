@@ -33,6 +33,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "auth/hmac_sha256.h"
@@ -49,7 +51,20 @@ constexpr size_t kNonceBytes = 16;
 constexpr size_t kHelloHeaderBytes = 4 + 4 + 4 + 2 + kNonceBytes;
 constexpr size_t kProofBytes = 32;
 constexpr size_t kMaxTagBytes = 1024;
+// Handshakes in progress, in all and per source address. A source over its
+// share loses its oldest handshake, so one client that opens connections and
+// never speaks cannot fill the table that real peers need; the global bound
+// keeps file descriptors in check (many processes run with 1024).
 constexpr size_t kMaxPendingHandshakes = 256;
+constexpr size_t kMaxPendingPerSource = 32;
+// A real dialer sends its hello at once and answers within a round trip, so
+// a connection still unfinished after this long is not a peer worth waiting for.
+constexpr double kMaxHandshakeSeconds = 5.0;
+// Handshakes the dialer tries on fresh connections when the acceptor closes
+// or resets one (it may have shed it while flooded), within the connect timeout.
+constexpr int kDialerHandshakeAttempts = 4;
+// Peer-supplied bytes shown in a log line or error, at most.
+constexpr size_t kMaxLoggedBytes = 64;
 
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -108,6 +123,37 @@ void tune_socket(int fd) {
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
+// Peer-supplied bytes made safe to log: printable ASCII as is, everything
+// else (control characters, terminal escapes, newlines that would forge log
+// lines) as \xNN, and at most kMaxLoggedBytes of input.
+std::string printable(const std::string& bytes) {
+  std::string out;
+  size_t shown = std::min(bytes.size(), kMaxLoggedBytes);
+  for (size_t i = 0; i < shown; ++i) {
+    unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (shown < bytes.size()) out += "... (" + std::to_string(bytes.size()) + " bytes)";
+  return out;
+}
+
+// The host part of an address, without the port: handshakes are budgeted per source host.
+std::string source_of(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, host, sizeof(host));
+  } else if (addr.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host, sizeof(host));
+  }
+  return host;
+}
+
 std::string describe_sockaddr(const sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;
@@ -139,7 +185,8 @@ void split_host_port(const std::string& address, std::string* host, std::string*
 struct PendingHandshake {
   enum class Stage { kHello, kTag, kProof, kAck };
   Socket socket;
-  std::string remote;
+  std::string remote;   // "ip:port"
+  std::string source;   // "ip", the key of the per-source budget
   Clock::time_point deadline;
   Stage stage = Stage::kHello;
   std::string in;       // bytes received for the current stage
@@ -149,6 +196,25 @@ struct PendingHandshake {
   std::string tag;
   std::string nonce_dialer;
   std::string nonce_acceptor;
+};
+
+// `host` as an IPv4 address: a literal, or the first IPv4 address it resolves to.
+bool ipv4_of(const std::string& host, in_addr* out) {
+  if (inet_pton(AF_INET, host.c_str(), out) == 1) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &result) != 0 || result == nullptr) return false;
+  *out = reinterpret_cast<const sockaddr_in*>(result->ai_addr)->sin_addr;
+  freeaddrinfo(result);
+  return true;
+}
+
+// A handshake that failed on the connection itself (reset, closed, stalled)
+// rather than on authentication.
+struct HandshakeIoError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 }  // namespace
@@ -172,13 +238,54 @@ struct ConnectionManager::Impl {
   double unreachable_seconds = 0;  // 0: only the connect timeout
   std::map<std::pair<int, std::string>, std::deque<Socket>> unclaimed;
 
-  double handshake_timeout() const { return std::max(1.0, std::min(timeout_seconds, 30.0)); }
+  double handshake_timeout() const { return std::max(1.0, std::min(timeout_seconds, kMaxHandshakeSeconds)); }
 
-  void reject(PendingHandshake& p, const std::string& reason) {
+  // `reason` must hold no unsanitised peer bytes (see printable()).
+  void reject(PendingHandshake& p, const std::string& reason, bool warn = true) {
     rejected.fetch_add(1);
-    HVD_LOG(kWarning, "rejected connection from " << p.remote << ": " << reason);
+    if (warn) {
+      HVD_LOG(kWarning, "rejected connection from " << p.remote << ": " << reason);
+    } else {
+      HVD_LOG(kDebug, "rejected connection from " << p.remote << ": " << reason);
+    }
     p.socket.close();
   }
+
+  // Makes room for one more handshake from `source`: drops that source's
+  // oldest when it has its share, else, when the table is full, the oldest
+  // of the source holding the most. `pending` is in arrival order. A flood
+  // from one source is logged once per flood, not once per connection.
+  void shed_for(const std::string& source, std::vector<std::unique_ptr<PendingHandshake>>& pending,
+                std::map<std::string, size_t>& per_source) {
+    std::string victim;
+    if (per_source[source] >= kMaxPendingPerSource) {
+      victim = source;
+    } else if (pending.size() >= kMaxPendingHandshakes) {
+      size_t most = 0;
+      for (const auto& e : per_source) {
+        if (e.second > most) {
+          most = e.second;
+          victim = e.first;
+        }
+      }
+    } else {
+      return;
+    }
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      if ((*it)->source != victim) continue;
+      bool first = shedding.insert(victim).second;
+      if (first) {
+        HVD_LOG(kWarning, "too many unfinished handshakes from " << victim << " (at most " << kMaxPendingPerSource
+                                                                 << " per source, " << kMaxPendingHandshakes
+                                                                 << " in all): closing its oldest ones");
+      }
+      reject(**it, "too many handshakes in progress from " + victim, false);
+      if (--per_source[victim] == 0) per_source.erase(victim);
+      pending.erase(it);
+      return;
+    }
+  }
+  std::set<std::string> shedding;  // sources whose flood has been logged; acceptor thread only
 
   // Advances one handshake with whatever bytes are available. Returns true
   // when the handshake is finished (successfully or not).
@@ -246,7 +353,7 @@ struct ConnectionManager::Impl {
                                                                     p.nonce_dialer, p.nonce_acceptor));
             if (!constant_time_equal(expected, p.in)) {
               reject(p, "authentication failed (claimed rank " + std::to_string(p.dialer_rank) +
-                            ", tag '" + p.tag + "'): wrong job secret?");
+                            ", tag '" + printable(p.tag) + "'): wrong job secret?");
               return true;
             }
             p.stage = PendingHandshake::Stage::kAck;
@@ -268,6 +375,7 @@ struct ConnectionManager::Impl {
 
   void run_acceptor() {
     std::vector<std::unique_ptr<PendingHandshake>> pending;
+    std::map<std::string, size_t> per_source;  // entries of `pending` per source
     std::vector<pollfd> fds;
     while (!stopping.load()) {
       fds.clear();
@@ -292,9 +400,14 @@ struct ConnectionManager::Impl {
           reject(*p, "no complete handshake within " + std::to_string(handshake_timeout()) + " s");
           done = true;
         }
-        if (!done) still_pending.push_back(std::move(p));
+        if (!done) {
+          still_pending.push_back(std::move(p));
+        } else if (--per_source[p->source] == 0) {
+          per_source.erase(p->source);
+        }
       }
       pending.swap(still_pending);
+      if (pending.empty()) shedding.clear();
       if (rc > 0 && (fds[1].revents & POLLIN)) {
         for (;;) {
           sockaddr_storage addr;
@@ -305,12 +418,13 @@ struct ConnectionManager::Impl {
           auto p = std::make_unique<PendingHandshake>();
           p->socket = Socket(fd);
           p->remote = describe_sockaddr(addr);
+          p->source = source_of(addr);
           p->socket.set_peer_name(p->remote);
           p->deadline = deadline_after(handshake_timeout());
-          if (pending.size() >= kMaxPendingHandshakes) {
-            reject(*p, "too many handshakes in progress");
-            continue;
-          }
+          // The newest connection stays: a real peer that arrives during a
+          // flood is the newest of its source and finishes within a round trip.
+          shed_for(p->source, pending, per_source);
+          ++per_source[p->source];
           pending.push_back(std::move(p));
         }
       }
@@ -402,6 +516,52 @@ struct ConnectionManager::Impl {
     throw_error(ErrorCode::kInternal, me + " could not connect to " + peer + " at " + address + " (tag '" +
                                           tag + "'): " + last_error);
   }
+
+  // The dialer's side of the handshake on a fresh connection `s`. Throws
+  // HandshakeIoError when the connection fails under it (worth a new
+  // connection), Error when the peer fails authentication (not).
+  Socket dialer_handshake(Socket s, int peer_rank, const std::string& tag, Clock::time_point deadline) {
+    double step_timeout = std::max(0.1, seconds_until(deadline));
+    std::string nonce_dialer = random_bytes(kNonceBytes);
+    std::string hello(kMagic, 4);
+    put_u32(hello, static_cast<uint32_t>(my_rank));
+    put_u32(hello, static_cast<uint32_t>(peer_rank));
+    hello.push_back(static_cast<char>(tag.size() >> 8));
+    hello.push_back(static_cast<char>(tag.size() & 0xff));
+    hello += nonce_dialer;
+    hello += tag;
+    std::string reply(kNonceBytes + kProofBytes, '\0');
+    try {
+      s.send_all(hello.data(), hello.size(), step_timeout);
+      s.recv_all(&reply[0], reply.size(), step_timeout);
+    } catch (const Error& e) {
+      throw HandshakeIoError("connect to " + s.peer_name() + " (tag '" + tag + "'): " + e.what());
+    }
+    std::string nonce_acceptor = reply.substr(0, kNonceBytes);
+    std::string expected = make_proof(secret, proof_message("acceptor", tag, peer_rank, my_rank,
+                                                            nonce_dialer, nonce_acceptor));
+    if (!constant_time_equal(expected, reply.substr(kNonceBytes))) {
+      rejected.fetch_add(1);
+      HVD_LOG(kWarning, "rejected connection to " << s.peer_name() << " (tag '" << tag
+                                                  << "'): it failed authentication (wrong job secret?)");
+      throw_error(ErrorCode::kInternal, "connect to " + s.peer_name() + " (tag '" + tag +
+                                            "'): the peer failed authentication");
+    }
+    std::string proof = make_proof(secret, proof_message("dialer", tag, my_rank, peer_rank,
+                                                         nonce_dialer, nonce_acceptor));
+    char ack = 0;
+    try {
+      s.send_all(proof.data(), proof.size(), step_timeout);
+      s.recv_all(&ack, 1, step_timeout);
+    } catch (const Error& e) {
+      // The acceptor checked our proof only if its own was right, so with
+      // the same secret this is a dropped connection, not a rejection.
+      throw HandshakeIoError("connect to " + s.peer_name() + " (tag '" + tag +
+                             "'): the peer closed the connection before accepting our authentication (" +
+                             e.what() + ")");
+    }
+    return s;
+  }
 };
 
 ConnectionManager::ConnectionManager(int my_rank, std::string secret, std::string advertise_host,
@@ -417,12 +577,19 @@ ConnectionManager::ConnectionManager(int my_rank, std::string secret, std::strin
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = 0;
+  // Only the address peers are told to dial: binding every interface would
+  // expose a loopback job to the network and a job on one NIC to all others.
+  if (!ipv4_of(impl_->advertise_host, &addr.sin_addr)) {
+    ::close(fd);
+    throw_error(ErrorCode::kInternal, "cannot listen for peer connections on '" + impl_->advertise_host +
+                                          "': not an IPv4 address of this host");
+  }
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 512) != 0) {
     int err = errno;
     ::close(fd);
-    throw_error(ErrorCode::kInternal, std::string("cannot listen for peer connections: ") + std::strerror(err));
+    throw_error(ErrorCode::kInternal, "cannot listen for peer connections on " + impl_->advertise_host + ": " +
+                                          std::strerror(err));
   }
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -447,6 +614,13 @@ std::string ConnectionManager::address() const {
   const std::string& host = impl_->advertise_host;
   bool ipv6_literal = host.find(':') != std::string::npos;
   return (ipv6_literal ? "[" + host + "]" : host) + ":" + std::to_string(impl_->port);
+}
+
+std::string ConnectionManager::bound_address() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return describe_sockaddr(addr);
 }
 
 void ConnectionManager::set_unreachable_seconds(double seconds) {
@@ -492,40 +666,21 @@ Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
     return s;
   }
 
-  Socket s = impl_->dial(peer_rank, tag, deadline);
-  double step_timeout = std::max(0.1, seconds_until(deadline));
-  std::string nonce_dialer = random_bytes(kNonceBytes);
-  std::string hello(kMagic, 4);
-  put_u32(hello, static_cast<uint32_t>(impl_->my_rank));
-  put_u32(hello, static_cast<uint32_t>(peer_rank));
-  hello.push_back(static_cast<char>(tag.size() >> 8));
-  hello.push_back(static_cast<char>(tag.size() & 0xff));
-  hello += nonce_dialer;
-  hello += tag;
-  s.send_all(hello.data(), hello.size(), step_timeout);
-  std::string reply(kNonceBytes + kProofBytes, '\0');
-  s.recv_all(&reply[0], reply.size(), step_timeout);
-  std::string nonce_acceptor = reply.substr(0, kNonceBytes);
-  std::string expected = make_proof(impl_->secret, proof_message("acceptor", tag, peer_rank, impl_->my_rank,
-                                                                 nonce_dialer, nonce_acceptor));
-  if (!constant_time_equal(expected, reply.substr(kNonceBytes))) {
-    impl_->rejected.fetch_add(1);
-    HVD_LOG(kWarning, "rejected connection to " << s.peer_name() << " (tag '" << tag
-                                                << "'): it failed authentication (wrong job secret?)");
-    throw_error(ErrorCode::kInternal, "connect to " + s.peer_name() + " (tag '" + tag +
-                                          "'): the peer failed authentication");
+  // The acceptor may close a connection before answering (it sheds the
+  // oldest handshakes of a flooded source, or was not listening yet behind a
+  // reused port): a reset or closed handshake is tried again on a fresh
+  // connection, a few times, within the same deadline. A wrong proof is not.
+  for (int attempt = 1;; ++attempt) {
+    Socket s = impl_->dial(peer_rank, tag, deadline);
+    try {
+      return impl_->dialer_handshake(std::move(s), peer_rank, tag, deadline);
+    } catch (const HandshakeIoError& e) {
+      if (attempt >= kDialerHandshakeAttempts || seconds_until(deadline) <= 0) {
+        throw_error(ErrorCode::kInternal, e.what());
+      }
+      HVD_LOG(kDebug, "handshake attempt " << attempt << " failed, retrying: " << e.what());
+    }
   }
-  std::string proof = make_proof(impl_->secret, proof_message("dialer", tag, impl_->my_rank, peer_rank,
-                                                              nonce_dialer, nonce_acceptor));
-  s.send_all(proof.data(), proof.size(), step_timeout);
-  char ack = 0;
-  try {
-    s.recv_all(&ack, 1, step_timeout);
-  } catch (const Error& e) {
-    throw_error(ErrorCode::kInternal, "connect to " + s.peer_name() + " (tag '" + tag +
-                                          "'): the peer rejected our authentication (" + e.what() + ")");
-  }
-  return s;
 }
 
 namespace {

@@ -18,14 +18,19 @@ namespace hvd {
 
 class ConnectionManager {
  public:
-  // Starts listening on an ephemeral port (all interfaces) and an acceptor
-  // thread. `advertise_host` is the address other ranks dial.
+  // Starts listening on an ephemeral port and an acceptor thread.
+  // `advertise_host` is the address other ranks dial (an IPv4 address of
+  // this host, from choose_local_endpoint); the listener binds to it alone,
+  // so a loopback job is not reachable from other hosts and a job on one
+  // NIC is not reachable through the others.
   ConnectionManager(int my_rank, std::string secret, std::string advertise_host,
                     double timeout_seconds);
   ~ConnectionManager();  // stops the acceptor, closes unclaimed connections
 
   // "host:port" that peers should dial; publish it through the store.
   std::string address() const;
+  // "ip:port" the listening socket is bound to (what getsockname reports).
+  std::string bound_address() const;
   // Where each global rank listens (index = global rank), and optionally
   // where each runs ("host fh2, eth1"), for error messages.
   void set_peer_addresses(std::vector<std::string> addresses, std::vector<std::string> locations = {});

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -38,6 +40,28 @@ int raw_connect(int port) {
 
 void put_u32(std::string& s, uint32_t v) {
   for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(v >> (24 - 8 * i)));
+}
+
+// Reads exactly n bytes (or fewer when the connection ends first).
+std::string read_n(int fd, size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, &out[got], n - got);
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  out.resize(got);
+  return out;
+}
+
+std::string hello_for(uint32_t dialer, uint32_t acceptor, const std::string& nonce, const std::string& tag) {
+  std::string hello("HVD1", 4);
+  put_u32(hello, dialer);
+  put_u32(hello, acceptor);
+  hello.push_back(static_cast<char>(tag.size() >> 8));
+  hello.push_back(static_cast<char>(tag.size() & 0xff));
+  return hello + nonce + tag;
 }
 
 bool wait_until(const std::function<bool()>& cond, double seconds) {
@@ -155,4 +179,128 @@ HVD_TEST(silent_and_garbage_clients_do_not_stall_a_good_connection) {
   ::close(silent);
   ::close(partial);
   ::close(garbage);
+}
+
+HVD_TEST(listener_binds_only_the_given_address) {
+  // 127.0.0.2 is a loopback address too; a listener on every interface
+  // would answer on 127.0.0.1 as well.
+  ConnectionManager cm(0, "secret", "127.0.0.2", 1.0);
+  int port = port_of(cm);
+  EXPECT_EQ(cm.bound_address(), "127.0.0.2:" + std::to_string(port));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_TRUE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0);
+  ::close(fd);
+  EXPECT_THROWS_CODE(ConnectionManager(0, "secret", "no-such-host.invalid", 1.0), ErrorCode::kInternal);
+}
+
+HVD_TEST(a_flood_of_silent_connections_does_not_keep_real_peers_out) {
+  // Far more silent connections than the acceptor holds, all from the same
+  // source as the real peers (a one-host job): the flooder's oldest are
+  // shed, not the newcomers.
+  ConnectionManager cm0(0, "secret", "127.0.0.1", 5.0), cm1(1, "secret", "127.0.0.1", 5.0);
+  std::vector<std::string> addresses{cm0.address(), cm1.address()};
+  cm0.set_peer_addresses(addresses);
+  cm1.set_peer_addresses(addresses);
+  std::vector<int> silent;
+  for (int i = 0; i < 300; ++i) silent.push_back(raw_connect(port_of(cm0)));
+  auto start = std::chrono::steady_clock::now();
+  Socket s0, s1;
+  ::hvd_test::run_members(2, [&](int m) {
+    if (m == 0) s0 = cm0.connect(1, "real"); else s1 = cm1.connect(0, "real");
+  });
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(seconds < 3.0);
+  uint8_t b = 42, got = 0;
+  s1.send_all(&b, 1, 1.0);
+  s0.recv_all(&got, 1, 1.0);
+  EXPECT_EQ(got, uint8_t(42));
+  for (int fd : silent) ::close(fd);
+}
+
+HVD_TEST(dialer_retries_a_handshake_the_acceptor_reset) {
+  // A stand-in for rank 0 that resets the first connection after reading
+  // its hello, then completes the handshake on the next one.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_TRUE(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  EXPECT_TRUE(::listen(lfd, 8) == 0);
+  socklen_t len = sizeof(addr);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string tag = "retry";
+  std::thread fake([&] {
+    int first = ::accept(lfd, nullptr, nullptr);
+    read_n(first, 30 + tag.size());
+    linger hard{1, 0};  // close with RST: "Connection reset by peer" at the dialer
+    setsockopt(first, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+    ::close(first);
+    int fd = ::accept(lfd, nullptr, nullptr);
+    std::string hello = read_n(fd, 30 + tag.size());
+    std::string nonce_d = hello.substr(14, 16), nonce_a(16, 'a');
+    std::string msg = "acceptor|" + tag + "|";
+    put_u32(msg, 0);
+    put_u32(msg, 1);
+    Digest256 proof = hmac_sha256("secret", msg + nonce_d + nonce_a);
+    std::string reply = nonce_a + std::string(reinterpret_cast<const char*>(proof.data()), proof.size());
+    EXPECT_TRUE(::write(fd, reply.data(), reply.size()) == static_cast<ssize_t>(reply.size()));
+    EXPECT_EQ(read_n(fd, 32).size(), size_t(32));
+    EXPECT_TRUE(::write(fd, "K", 1) == 1);
+    read_n(fd, 1);  // until the dialer closes
+    ::close(fd);
+  });
+  ConnectionManager cm1(1, "secret", "127.0.0.1", 5.0);
+  cm1.set_peer_addresses({"127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), cm1.address()});
+  bool connected = false;
+  try {
+    Socket s = cm1.connect(0, tag);
+    connected = s.valid();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "connect failed: %s\n", e.what());
+  }
+  EXPECT_TRUE(connected);
+  fake.join();
+  ::close(lfd);
+}
+
+HVD_TEST(peer_supplied_tag_is_logged_escaped_and_capped) {
+  ConnectionManager cm0(0, "right", "127.0.0.1", 2.0);
+  // Terminal escapes, a newline that would forge a log line, and more
+  // bytes than a log line should carry.
+  const std::string tag = "\x1b[31mred\nFAKE WARNING" + std::string(200, 'A');
+  // The log goes to stderr: capture it in a file for the duration.
+  char path[] = "/tmp/hvd_cm_log_XXXXXX";
+  int log_fd = mkstemp(path);
+  EXPECT_TRUE(log_fd >= 0);
+  std::fflush(stderr);
+  int saved = ::dup(2);
+  ::dup2(log_fd, 2);
+  int fd = raw_connect(port_of(cm0));
+  std::string hello = hello_for(1, 0, std::string(16, 'n'), tag);
+  EXPECT_TRUE(::write(fd, hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
+  EXPECT_EQ(read_n(fd, 48).size(), size_t(48));
+  std::string wrong(32, 'w');  // not a proof made with the job secret
+  EXPECT_TRUE(::write(fd, wrong.data(), wrong.size()) == 32);
+  bool rejected = wait_until([&] { return cm0.rejected_connections() >= 1; }, 2.0);
+  ::close(fd);
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  EXPECT_TRUE(rejected);
+  std::string log;
+  ::lseek(log_fd, 0, SEEK_SET);
+  char buf[4096];
+  for (ssize_t n; (n = ::read(log_fd, buf, sizeof(buf))) > 0;) log.append(buf, static_cast<size_t>(n));
+  ::close(log_fd);
+  ::unlink(path);
+  std::fprintf(stderr, "captured: %s", log.c_str());
+  EXPECT_TRUE(log.find("\\x1b[31mred\\x0aFAKE WARNING") != std::string::npos);
+  EXPECT_TRUE(log.find("(" + std::to_string(tag.size()) + " bytes)") != std::string::npos);
+  EXPECT_TRUE(log.find('\x1b') == std::string::npos);
+  EXPECT_TRUE(log.find("\nFAKE") == std::string::npos);
+  EXPECT_TRUE(log.find(std::string(100, 'A')) == std::string::npos);
 }
