@@ -54,9 +54,11 @@ constexpr size_t kMaxTagBytes = 1024;
 // Handshakes in progress, in all and per source address. A source over its
 // share loses its oldest handshake, so one client that opens connections and
 // never speaks cannot fill the table that real peers need; the global bound
-// keeps file descriptors in check (many processes run with 1024).
+// keeps file descriptors in check (many processes run with 1024). The share
+// is generous because all ranks of a host dial from one address, and at
+// start-up rank 0 hears from every one of them at once.
 constexpr size_t kMaxPendingHandshakes = 256;
-constexpr size_t kMaxPendingPerSource = 32;
+constexpr size_t kMaxPendingPerSource = 128;
 // A real dialer sends its hello at once and answers within a round trip, so
 // a connection still unfinished after this long is not a peer worth waiting for.
 constexpr double kMaxHandshakeSeconds = 5.0;
