@@ -124,7 +124,10 @@ void Adasum::allreduce(Communicator& comm, void* buffer, const std::vector<size_
   const size_t gathered_bytes = static_cast<size_t>(size) * mine * esize;
   const bool widen = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
   const size_t wide_bytes = widen ? static_cast<size_t>(size) * mine * sizeof(float) : 0;
-  if (scratch_.size() < gathered_bytes + wide_bytes) scratch_.resize(gathered_bytes + wide_bytes);
+  // The float32 copy starts at the next multiple of 4 after the 2-byte
+  // elements (an odd element count would leave it misaligned).
+  const size_t wide_offset = (gathered_bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+  if (scratch_.size() < wide_offset + wide_bytes) scratch_.resize(wide_offset + wide_bytes);
   unsigned char* gathered = scratch_.data();
   comm.alltoallv(buffer, block_bytes, gathered, from_each);
 
@@ -156,7 +159,7 @@ void Adasum::allreduce(Communicator& comm, void* buffer, const std::vector<size_
   } else if (dtype == DataType::kFloat64) {
     run_tree(reinterpret_cast<double*>(gathered));
   } else {
-    auto* wide = reinterpret_cast<float*>(gathered + gathered_bytes);
+    auto* wide = reinterpret_cast<float*>(gathered + wide_offset);
     const auto* narrow = reinterpret_cast<const uint16_t*>(gathered);
     const bool half = dtype == DataType::kFloat16;
     for (size_t k = 0; k < static_cast<size_t>(size) * mine; ++k) {

@@ -100,7 +100,7 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
         size += 2 * (_DLTENSOR.size + 8 * len(inputs[i].shape))
         if splits is not None and splits[i] is not None:
             size += 8 * len(splits[i])
-    size += sum(len(nm) + 1 for nm in names)
+    size += sum(len(nm) + 8 for nm in names)  # NUL, then padding to 8 for the next DLTensor
     buf = ctypes.create_string_buffer(size)
     base = ctypes.addressof(buf)
     tensors_off = _ENQUEUE_ARGS_SPAN
@@ -126,7 +126,8 @@ def _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_ra
         if name:
             name_ptr = base + cursor
             buf[cursor:cursor + len(name)] = name
-            cursor += len(name) + 1
+            # The next tensor's DLTensor (int64 fields) must be 8-byte aligned.
+            cursor = (cursor + len(name) + 1 + 7) & ~7
         _TENSOR_ARGS.pack_into(buf, tensors_off + i * _TENSOR_ARGS.size, _TENSOR_ARGS.size, in_ptr, out_ptr,
                                splits_ptr, num_splits, name_ptr, len(name))
     _ENQUEUE_ARGS.pack_into(buf, 0, _ENQUEUE_ARGS_SIZE, collective, process_set_id, reduce_op, root_rank,
