@@ -75,6 +75,17 @@ bool wait_until(const std::function<bool()>& cond, double seconds) {
 
 }  // namespace
 
+// Ranks 0 and 1 connect to each other under `tag` at the same time, as a
+// job's ranks do; returns how long it took.
+double seconds_to_connect(ConnectionManager& cm0, ConnectionManager& cm1, const std::string& tag, Socket* s0,
+                          Socket* s1) {
+  auto start = std::chrono::steady_clock::now();
+  ::hvd_test::run_members(2, [&](int m) {
+    if (m == 0) *s0 = cm0.connect(1, tag); else *s1 = cm1.connect(0, tag);
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 HVD_TEST(connect_pairs_ranks_and_carries_data_both_ways) {
   ConnectionManager cm0(0, "secret", "127.0.0.1", 5.0), cm1(1, "secret", "127.0.0.1", 5.0);
   std::vector<std::string> addresses{cm0.address(), cm1.address()};
@@ -166,13 +177,8 @@ HVD_TEST(silent_and_garbage_clients_do_not_stall_a_good_connection) {
   int garbage = raw_connect(port_of(cm0));
   std::string junk(4096, 'x');
   EXPECT_TRUE(::write(garbage, junk.data(), junk.size()) > 0);
-  auto start = std::chrono::steady_clock::now();
   Socket s0, s1;
-  ::hvd_test::run_members(2, [&](int m) {
-    if (m == 0) s0 = cm0.connect(1, "good"); else s1 = cm1.connect(0, "good");
-  });
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_TRUE(seconds < 1.0);
+  EXPECT_TRUE(seconds_to_connect(cm0, cm1, "good", &s0, &s1) < 1.0);
   EXPECT_TRUE(wait_until([&] { return cm0.rejected_connections() >= 1; }, 2.0));  // the garbage one
   // The silent ones are dropped at the handshake deadline.
   EXPECT_TRUE(wait_until([&] { return cm0.rejected_connections() >= 3; }, 5.0));
@@ -207,13 +213,8 @@ HVD_TEST(a_flood_of_silent_connections_does_not_keep_real_peers_out) {
   cm1.set_peer_addresses(addresses);
   std::vector<int> silent;
   for (int i = 0; i < 300; ++i) silent.push_back(raw_connect(port_of(cm0)));
-  auto start = std::chrono::steady_clock::now();
   Socket s0, s1;
-  ::hvd_test::run_members(2, [&](int m) {
-    if (m == 0) s0 = cm0.connect(1, "real"); else s1 = cm1.connect(0, "real");
-  });
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_TRUE(seconds < 3.0);
+  EXPECT_TRUE(seconds_to_connect(cm0, cm1, "real", &s0, &s1) < 3.0);
   uint8_t b = 42, got = 0;
   s1.send_all(&b, 1, 1.0);
   s0.recv_all(&got, 1, 1.0);
