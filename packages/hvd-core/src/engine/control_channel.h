@@ -1,14 +1,18 @@
 // control_channel.h - framed messages between a process set's coordinator
-// and one worker, over an authenticated TCP connection. Reads never block
+// and one worker, over an authenticated TCP connection, or, when both are on
+// one host, over a shared-memory ring beside it (the connection then only
+// reports the peer's death and wakes a sleeping reader). Reads never block
 // (the background thread multiplexes many channels with poll); writes are
 // small and bounded by the peer timeout.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "engine/message.h"
 #include "net/socket.h"
+#include "transport/shm/shm_ring.h"
 
 namespace hvd {
 
@@ -22,6 +26,9 @@ class ControlChannel {
   const std::string& peer() const { return peer_; }
 
   void send(MessageType type, const std::string& payload);
+  // Blocks until a whole message arrives (start-up only); throws
+  // Error(kInternal) after `timeout_seconds`.
+  void receive(MessageType* type, std::string* payload, double timeout_seconds);
   // Reads whatever has arrived without blocking. Returns true and fills
   // type/payload when a whole message is available. Throws Error(kInternal)
   // when the peer closed the connection or it broke.
@@ -33,8 +40,28 @@ class ControlChannel {
   void touch_received() { last_received_ = std::chrono::steady_clock::now(); }
   void close();
 
+  // Carries every later message over `ring` (both sides switch at the same
+  // point of the message stream: after the ring handshake).
+  void use_ring(std::unique_ptr<ShmRing> ring);
+  bool uses_ring() const { return ring_ != nullptr; }
+  // Before the caller sleeps in poll() on fd(): false when a message may be
+  // waiting already (do not sleep). awake() after the sleep.
+  bool prepare_to_sleep();
+  void awake();
+  // Bytes a full ring could not take yet (sent by later calls).
+  bool has_unsent() const { return !outbox_.empty(); }
+
  private:
+  void flush_ring();
+  void read_socket();  // ring mode: doorbells and end of file
+  bool take_frame(MessageType* type, std::string* payload);
+
   Socket socket_;
+  std::unique_ptr<ShmRing> ring_;
+  std::string outbox_;
+  bool peer_closed_ = false;
+  bool check_socket_ = false;
+  std::chrono::steady_clock::time_point next_socket_check_;
   std::string peer_;
   double timeout_seconds_ = 5.0;
   std::string inbox_;

@@ -77,7 +77,9 @@ void Coordinator::add_request(int member, RequestMeta meta, Clock::time_point no
     p.last_warning = now;
     it = pending_.emplace(meta.name, std::move(p)).first;
     arrival_order_.push_back(meta.name);
-    if (timeline_ != nullptr) timeline_->negotiate_start(meta.name, collective_upper_name(meta.collective));
+    if (timeline_ != nullptr && timeline_->active()) {
+      timeline_->negotiate_start(meta.name, collective_upper_name(meta.collective));
+    }
   }
   Pending& p = it->second;
   if (p.have[static_cast<size_t>(member)]) return;  // enqueue rejects duplicates; be defensive
@@ -288,12 +290,10 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
     }
   }
   // Steady state: the same requests as last time -> reuse the response.
-  std::string signature;
   bool uniform = joined_missing.empty();
   for (int m = 0; m < size() && uniform; ++m) uniform = p.metas[static_cast<size_t>(m)] == *ref;
   if (uniform) {
-    signature = ResponseCache::signature(*ref);
-    if (const Response* cached = cache_.lookup(name, signature)) return *cached;
+    if (const Response* cached = cache_.lookup(name, *ref)) return *cached;
   }
   Response r;
   std::vector<int> at_fault;
@@ -324,7 +324,7 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
     r.first_dims.emplace_back();
   }
   for (int m : joined_missing) r.joined_ranks.push_back(m);
-  if (uniform) cache_.put(name, signature, r);
+  if (uniform) cache_.put(name, *ref, r);
   return r;
 }
 

@@ -109,6 +109,7 @@ EngineConfig EngineConfig::from_environment() {
   c.peer_timeout_seconds = env_double("HOROVOD_PEER_TIMEOUT_SECONDS", c.peer_timeout_seconds);
   c.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", c.connect_timeout_seconds);
   c.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", !c.allow_shm);
+  c.control_over_shm = c.allow_shm && env_bool("HVD_CONTROL_RING", c.control_over_shm);
   c.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", c.hierarchical);
   c.hierarchical_allgather = env_bool("HOROVOD_HIERARCHICAL_ALLGATHER", c.hierarchical_allgather);
   // For CUDA tensors only when asked for (Horovod's default is off): NCCL's

@@ -31,6 +31,10 @@ struct EngineConfig {
   double peer_timeout_seconds = 5;      // HOROVOD_PEER_TIMEOUT_SECONDS; must be positive
   double connect_timeout_seconds = 30;  // HOROVOD_GLOO_TIMEOUT_SECONDS
   bool allow_shm = true;                // HOROVOD_SHM_DISABLE turns it off
+  // Control channels between members on one host over shared-memory rings;
+  // off with HOROVOD_SHM_DISABLE, or alone with HVD_CONTROL_RING=0 (an
+  // internal switch for A/B measurements). Member 0 decides for its set.
+  bool control_over_shm = true;
   bool hierarchical = true;             // HOROVOD_HIERARCHICAL_ALLREDUCE
   bool hierarchical_allgather = true;   // HOROVOD_HIERARCHICAL_ALLGATHER
   bool use_mpi = false;                 // HOROVOD_CPU_OPERATIONS=mpi (gloo: hvd's own transports)

@@ -93,6 +93,8 @@ enum class MessageType : uint8_t {
   kGoodbye = 4,    // clean shutdown of the sender
   kAbort = 5,      // coordinator -> worker: the job failed; payload: reason
   kWaiting = 6,    // worker -> coordinator: names the worker is blocked on (sent when they change)
+  kRingOffer = 7,  // coordinator -> worker, at start: a shared-memory ring's nonce and name, or "" (none)
+  kRingReply = 8,  // worker -> coordinator, the answer: "1" (attached: later messages use the ring) or "0"
 };
 
 std::string encode_requests(const std::vector<RequestMeta>& requests);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "auth/hmac_sha256.h"
 #include "common/logging.h"
 #include "engine/executor.h"
 #include "engine/timeline.h"
@@ -26,6 +27,7 @@
 #include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "transport/communicator.h"
+#include "transport/shm/shm_ring.h"
 
 namespace hvd {
 namespace {
@@ -38,6 +40,9 @@ constexpr auto kGpuPoll = std::chrono::microseconds(50);
 // wait on the fast path lasts this long, so it costs nothing there.
 constexpr double kBlockedAfterSeconds = 0.2;
 constexpr auto kBlockedCheck = std::chrono::milliseconds(50);
+// Per direction of a control ring: room for the requests or responses of
+// a few thousand tensors; larger messages wait in the sender's outbox.
+constexpr size_t kControlRingBytes = 256 * 1024;
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -98,6 +103,7 @@ void ProcessSetRuntime::start() {
                            rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)),
                            cfg.peer_timeout_seconds);
   }
+  connect_rings();
   thread_ = std::thread([this] { loop(); });
   if (cfg.background_core >= 0) {
     // From here, not from the thread itself: pinned before init() returns.
@@ -162,6 +168,62 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
     uint64_t one = 1;
     ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
     (void)ignored;
+  }
+}
+
+// Members on the coordinator's host move their control channel onto a
+// shared-memory ring. The coordinator offers one per such worker (its name
+// and a random nonce, over the authenticated connection); the worker
+// attaches and checks the nonce, which fails harmlessly when the host name
+// is shared by another machine, and says whether it did. Both switch right
+// after that answer, so no message can be on the other path.
+void ProcessSetRuntime::connect_rings() {
+  const auto& cfg = context_.config;
+  const double timeout = std::max(cfg.peer_timeout_seconds, 10.0);
+  MessageType type;
+  std::string payload;
+  if (member_ == 0) {
+    std::vector<std::string> names(ranks_.size()), nonces(ranks_.size());
+    std::vector<std::unique_ptr<ShmRing>> rings(ranks_.size());
+    for (size_t m = 1; m < ranks_.size(); ++m) {
+      std::string offer;
+      if (cfg.control_over_shm && context_.hosts[static_cast<size_t>(ranks_[m])] ==
+                                      context_.hosts[static_cast<size_t>(context_.global_rank)]) {
+        names[m] = ShmRing::name_for(key_ + "/ctrl/" + std::to_string(m));
+        nonces[m] = random_hex(16);
+        try {
+          rings[m] = ShmRing::create(names[m], kControlRingBytes, nonces[m]);
+          offer = nonces[m] + names[m];
+        } catch (const Error& e) {
+          HVD_LOG(kDebug, "process set " << id_ << ": no control ring for member " << m << ": " << e.what());
+        }
+      }
+      channels_[m].send(MessageType::kRingOffer, offer);
+    }
+    for (size_t m = 1; m < ranks_.size(); ++m) {
+      channels_[m].receive(&type, &payload, timeout);
+      if (type != MessageType::kRingReply) {
+        throw_error(ErrorCode::kInternal, channels_[m].peer() + " did not answer the control-ring offer");
+      }
+      if (rings[m]) {
+        ShmRing::unlink(names[m]);
+        if (payload == "1") channels_[m].use_ring(std::move(rings[m]));
+        rings[m].reset();
+      }
+    }
+  } else if (size() > 1) {
+    channels_[0].receive(&type, &payload, timeout);
+    if (type != MessageType::kRingOffer) {
+      throw_error(ErrorCode::kInternal, channels_[0].peer() + " did not send its control-ring offer");
+    }
+    std::unique_ptr<ShmRing> ring;
+    if (payload.size() > 32) {
+      std::string why;
+      ring = ShmRing::attach(payload.substr(32), payload.substr(0, 32), &why);
+      if (!ring) HVD_LOG(kDebug, "process set " << id_ << ": control ring not used: " << why);
+    }
+    channels_[0].send(MessageType::kRingReply, ring ? "1" : "0");
+    if (ring) channels_[0].use_ring(std::move(ring));
   }
 }
 
@@ -278,10 +340,16 @@ void ProcessSetRuntime::loop() {
       deadline = std::min(wake_at_, Clock::now() + (gpu_plane_ && gpu_plane_->pending() ? kGpuPoll : kMaxSleep));
       fds.push_back(pollfd{wake_fd_, POLLIN, 0});
       for (auto& ch : channels_) {
-        if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+        if (!ch.open()) continue;
+        fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+        // A ring's peer rings the doorbell only for a reader that said it sleeps.
+        if (!ch.prepare_to_sleep()) deadline = Clock::now();
+        if (ch.has_unsent()) deadline = std::min(deadline, Clock::now() + kDriverCheck);
       }
     }
     wait_for_events(std::move(fds), deadline);
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    for (auto& ch : channels_) ch.awake();
   }
 }
 
@@ -521,9 +589,11 @@ void ProcessSetRuntime::step_coordinator() {
   wake_at_ = Clock::time_point::max();
   auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
   if (!responses.empty()) {
-    std::string encoded = encode_responses(responses);
-    for (size_t m = 1; m < channels_.size(); ++m) {
-      if (channels_[m].open()) channels_[m].send(MessageType::kResponses, encoded);
+    if (channels_.size() > 1) {  // a one-member set has no one to tell
+      std::string encoded = encode_responses(responses);
+      for (size_t m = 1; m < channels_.size(); ++m) {
+        if (channels_[m].open()) channels_[m].send(MessageType::kResponses, encoded);
+      }
     }
     execute(responses);
   }

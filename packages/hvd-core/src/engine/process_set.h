@@ -82,6 +82,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // "rank 3 (host fh2)", or with a role "rank 0 (host fh1, coordinator of process set 1)".
   std::string rank_name(int global_rank, const std::string& role = "") const;
   void loop();
+  void connect_rings();  // start(): same-host control channels move to shared memory
   // One non-blocking step: handle stop/abort, take the queue, read the
   // control channels, negotiate, execute. Caller holds drive_mu_.
   void step();

@@ -3,25 +3,20 @@
 
 namespace hvd {
 
-std::string ResponseCache::signature(const RequestMeta& meta) {
-  // The encoded request is a complete, canonical description of it.
-  return encode_requests({meta});
-}
-
-const Response* ResponseCache::lookup(const std::string& name, const std::string& signature) {
+const Response* ResponseCache::lookup(const std::string& name, const RequestMeta& request) {
   if (capacity_ == 0) return nullptr;
   auto it = entries_.find(name);
-  if (it == entries_.end() || it->second.signature != signature) return nullptr;
+  if (it == entries_.end() || it->second.request != request) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second.lru_position);
   ++hits_;
   return &it->second.response;
 }
 
-void ResponseCache::put(const std::string& name, const std::string& signature, const Response& response) {
+void ResponseCache::put(const std::string& name, const RequestMeta& request, const Response& response) {
   if (capacity_ == 0) return;
   auto it = entries_.find(name);
   if (it != entries_.end()) {
-    it->second.signature = signature;
+    it->second.request = request;
     it->second.response = response;
     lru_.splice(lru_.begin(), lru_, it->second.lru_position);
     return;
@@ -31,7 +26,7 @@ void ResponseCache::put(const std::string& name, const std::string& signature, c
     lru_.pop_back();
   }
   lru_.push_front(name);
-  entries_.emplace(name, Entry{signature, response, lru_.begin()});
+  entries_.emplace(name, Entry{request, response, lru_.begin()});
 }
 
 }  // namespace hvd

@@ -18,17 +18,16 @@ namespace hvd {
 class ResponseCache {
  public:
   explicit ResponseCache(size_t capacity) : capacity_(capacity) {}
-  // A request's identity: everything the coordinator validates.
-  static std::string signature(const RequestMeta& meta);
-  // The cached response for `name` if its signature matches, else nullptr.
-  const Response* lookup(const std::string& name, const std::string& signature);
-  void put(const std::string& name, const std::string& signature, const Response& response);
+  // The cached response for `name` if it was built for exactly `request`
+  // (every field the coordinator validates), else nullptr.
+  const Response* lookup(const std::string& name, const RequestMeta& request);
+  void put(const std::string& name, const RequestMeta& request, const Response& response);
   size_t size() const { return entries_.size(); }
   uint64_t hits() const { return hits_; }
 
  private:
   struct Entry {
-    std::string signature;
+    RequestMeta request;
     Response response;
     std::list<std::string>::iterator lru_position;
   };

@@ -52,18 +52,12 @@ def _describe(array, what="tensor", written=False):
     """The TensorDesc of `array`; `written`: the engine stores results into it."""
     if not isinstance(array, np.ndarray):
         raise ValueError("%s must be a numpy.ndarray, got %s" % (what, type(array).__name__))
-    if written and not array.flags.writeable:
-        raise ValueError("%s is read-only (e.g. a read-only memmap or a view with writeable=False) and the "
-                         "result would be written into it: pass a writable array, such as array.copy()" % what)
-    if not array.dtype.isnative:
-        raise ValueError("%s has dtype %s in non-native byte order; hvd reduces in this machine's byte "
-                         "order: convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
-                         % (what, array.dtype.str))
+    flags = array.flags
+    # The table holds native byte orders only (a dtype's byte order is part
+    # of its equality), so one lookup also rules out swapped arrays.
     code_bits = _DLPACK_TYPES.get(array.dtype)
-    if code_bits is None:
-        raise ValueError("Tensor type %s is not supported." % array.dtype.name)
-    if not array.flags.c_contiguous:
-        raise ValueError("Tensor is required to be contiguous.")
+    if code_bits is None or (written and not flags.writeable) or not flags.c_contiguous:
+        _refuse(array, what, written)
     try:
         # Twice as fast as array.ctypes.data, which matters for small
         # collectives; needs a writable, non-empty buffer.
@@ -71,6 +65,20 @@ def _describe(array, what="tensor", written=False):
     except (TypeError, ValueError):
         pointer = array.ctypes.data
     return TensorDesc(pointer, array.shape, *code_bits)
+
+
+def _refuse(array, what, written):
+    """Raises the error that says why _describe cannot take `array`."""
+    if written and not array.flags.writeable:
+        raise ValueError("%s is read-only (e.g. a read-only memmap or a view with writeable=False) and the "
+                         "result would be written into it: pass a writable array, such as array.copy()" % what)
+    if not array.dtype.isnative:
+        raise ValueError("%s has dtype %s in non-native byte order; hvd reduces in this machine's byte "
+                         "order: convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
+                         % (what, array.dtype.str))
+    if _DLPACK_TYPES.get(array.dtype) is None:
+        raise ValueError("Tensor type %s is not supported." % array.dtype.name)
+    raise ValueError("Tensor is required to be contiguous.")
 
 
 def _owned_result_to_numpy(c_handle, index, dtype):
