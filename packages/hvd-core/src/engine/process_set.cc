@@ -41,8 +41,10 @@ constexpr auto kGpuPoll = std::chrono::microseconds(50);
 constexpr double kBlockedAfterSeconds = 0.2;
 constexpr auto kBlockedCheck = std::chrono::milliseconds(50);
 // Per direction of a control ring: room for the requests or responses of
-// a few thousand tensors; larger messages wait in the sender's outbox.
-constexpr size_t kControlRingBytes = 256 * 1024;
+// several hundred tensors; larger messages wait in the sender's outbox and
+// follow as the reader makes room. Small, because a host with many ranks has
+// one ring per worker in a /dev/shm that may hold only 64 MiB.
+constexpr size_t kControlRingBytes = 64 * 1024;
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
