@@ -328,6 +328,12 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
   return r;
 }
 
+void Coordinator::retune(int64_t fusion_threshold_bytes, double cycle_time_seconds, bool cache_enabled) {
+  config_.fusion_threshold_bytes = fusion_threshold_bytes;
+  config_.cycle_time_seconds = cycle_time_seconds;
+  cache_.set_enabled(cache_enabled);
+}
+
 int64_t Coordinator::response_bytes(const Response& r) const {
   int64_t total = 0;
   for (const auto& shape : r.shapes) {

@@ -73,6 +73,8 @@ class Coordinator {
   // exceeded: the process set must then fail.
   std::string inspect_stalls(Clock::time_point now);
   uint64_t cache_hits() const { return cache_.hits(); }
+  // HOROVOD_AUTOTUNE: the knobs it tunes, applied from the next response on.
+  void retune(int64_t fusion_threshold_bytes, double cycle_time_seconds, bool cache_enabled);
 
  private:
   struct Pending {

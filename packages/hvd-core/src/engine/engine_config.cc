@@ -136,6 +136,23 @@ EngineConfig EngineConfig::from_environment() {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_SPIN_WAIT=" + env_string("HOROVOD_SPIN_WAIT", "") +
                                                  " is not supported; use auto (the default), 1 or 0");
   }
+  AutotuneConfig& at = c.autotune;
+  at.enabled = env_bool("HOROVOD_AUTOTUNE", at.enabled);
+  at.log_path = env_string("HOROVOD_AUTOTUNE_LOG", at.log_path);
+  at.warmup_samples = static_cast<int>(env_int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", at.warmup_samples));
+  at.steps_per_sample = static_cast<int>(env_int("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", at.steps_per_sample));
+  at.max_samples = static_cast<int>(env_int("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", at.max_samples));
+  at.noise = env_double("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", at.noise);
+  at.tune_fusion_and_cycle = !env_is_set("HOROVOD_FUSION_THRESHOLD") && !env_is_set("HOROVOD_CYCLE_TIME");
+  at.tune_cache = !env_is_set("HOROVOD_CACHE_CAPACITY");
+  for (const auto& [name, value] : {std::pair<const char*, int>{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", at.steps_per_sample},
+                                    {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", at.max_samples}}) {
+    if (value < 1) throw_error(ErrorCode::kInvalidArgument, std::string(name) + " must be at least 1");
+  }
+  if (at.warmup_samples < 0) {
+    throw_error(ErrorCode::kInvalidArgument, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES must not be negative");
+  }
+  if (!(at.noise > 0)) throw_error(ErrorCode::kInvalidArgument, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE must be positive");
   if (c.peer_timeout_seconds <= 0) {
     throw_error(ErrorCode::kInvalidArgument, "HOROVOD_PEER_TIMEOUT_SECONDS must be positive");
   }

@@ -20,6 +20,20 @@ namespace hvd {
 // HOROVOD_FUSION_THRESHOLD's default, 128 MiB: the one spelling of it.
 constexpr int64_t kDefaultFusionThresholdBytes = 128ll << 20;
 
+// HOROVOD_AUTOTUNE*: see engine/autotune.h.
+struct AutotuneConfig {
+  bool enabled = false;          // HOROVOD_AUTOTUNE
+  std::string log_path;          // HOROVOD_AUTOTUNE_LOG: CSV of every sample ("" = none)
+  int warmup_samples = 3;        // HOROVOD_AUTOTUNE_WARMUP_SAMPLES: scores ignored at the start
+  int steps_per_sample = 10;     // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+  int max_samples = 20;          // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: settings the search tries
+  double noise = 0.8;            // HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (on standardised scores)
+  // Knobs the user set explicitly stay as set: HOROVOD_FUSION_THRESHOLD or
+  // HOROVOD_CYCLE_TIME fix the pair, HOROVOD_CACHE_CAPACITY the cache.
+  bool tune_fusion_and_cycle = true;
+  bool tune_cache = true;
+};
+
 // The knobs every process set of the engine runs with.
 struct EngineConfig {
   int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // HOROVOD_FUSION_THRESHOLD
@@ -50,6 +64,7 @@ struct EngineConfig {
   // hosts go NCCL-within-host, CPU transports across (flat NCCL otherwise).
   bool gpu_hierarchical = false;
   bool dynamic_process_sets = false;  // HOROVOD_DYNAMIC_PROCESS_SETS
+  AutotuneConfig autotune;
 
   // Everything above but `spin` and `background_core`, which depend on the
   // topology (see Engine::start and background_core_from_environment).

@@ -10,8 +10,6 @@ namespace hvd {
 namespace {
 
 constexpr const char* kOneStream = "hvd queues each process set's GPU work on one CUDA stream";
-constexpr const char* kNoAutotune =
-    "hvd has no autotuner; set HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME directly";
 
 struct InertKnob {
   const char* name;
@@ -19,12 +17,6 @@ struct InertKnob {
 };
 
 constexpr InertKnob kInertKnobs[] = {
-    {"HOROVOD_AUTOTUNE", kNoAutotune},
-    {"HOROVOD_AUTOTUNE_LOG", kNoAutotune},
-    {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", kNoAutotune},
-    {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kNoAutotune},
-    {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kNoAutotune},
-    {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kNoAutotune},
     {"HOROVOD_TORUS_ALLREDUCE", "NCCL picks its own ring and tree algorithms across hosts"},
     {"HOROVOD_NUM_NCCL_STREAMS", kOneStream},
     {"HOROVOD_BATCH_D2D_MEMCOPIES", "hvd always batches the copies of a fused response into few kernel launches"},

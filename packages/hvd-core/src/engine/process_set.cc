@@ -19,6 +19,7 @@
 
 #include "auth/hmac_sha256.h"
 #include "common/logging.h"
+#include "engine/autotune.h"
 #include "engine/executor.h"
 #include "engine/timeline.h"
 #include "gpu/gpu_data_plane.h"
@@ -95,6 +96,12 @@ void ProcessSetRuntime::start() {
     cc.divergence_seconds = cfg.peer_timeout_seconds;
     cc.process_set_id = id_;
     coordinator_ = std::make_unique<Coordinator>(cc, timeline);
+    if (cfg.autotune.enabled && id_ == 0) {
+      TunedSettings initial{cfg.fusion_threshold_bytes, cfg.cycle_time_seconds, cfg.cache_capacity > 0};
+      autotuner_ = std::make_unique<Autotuner>(cfg.autotune, initial, cfg.hierarchical, cfg.hierarchical_allgather);
+      const TunedSettings& first = autotuner_->settings();
+      coordinator_->retune(first.fusion_threshold_bytes, first.cycle_time_seconds, first.cache_enabled);
+    }
     channels_.resize(ranks_.size());
     for (size_t m = 1; m < ranks_.size(); ++m) {
       channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl"),
@@ -590,6 +597,10 @@ void ProcessSetRuntime::step_coordinator() {
   }
   wake_at_ = Clock::time_point::max();
   auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
+  if (autotuner_ && autotuner_->observe(responses, Clock::now())) {
+    const TunedSettings& next = autotuner_->settings();
+    coordinator_->retune(next.fusion_threshold_bytes, next.cycle_time_seconds, next.cache_enabled);
+  }
   if (!responses.empty()) {
     if (channels_.size() > 1) {  // a one-member set has no one to tell
       std::string encoded = encode_responses(responses);

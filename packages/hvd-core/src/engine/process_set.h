@@ -24,6 +24,7 @@
 
 namespace hvd {
 
+class Autotuner;
 class Communicator;
 class ConnectionManager;
 class Executor;
@@ -134,6 +135,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::unique_ptr<GpuDataPlane> gpu_plane_;  // after comm_: destroyed before it
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE: the global set's coordinator only
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
   std::unordered_map<std::string, LocalTensor> in_flight_;
   hvd_handle* join_handle_ = nullptr;

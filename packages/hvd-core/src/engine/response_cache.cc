@@ -3,8 +3,16 @@
 
 namespace hvd {
 
+void ResponseCache::set_enabled(bool enabled) {
+  enabled_ = enabled;
+  if (!enabled) {
+    entries_.clear();
+    lru_.clear();
+  }
+}
+
 const Response* ResponseCache::lookup(const std::string& name, const RequestMeta& request) {
-  if (capacity_ == 0) return nullptr;
+  if (capacity_ == 0 || !enabled_) return nullptr;
   auto it = entries_.find(name);
   if (it == entries_.end() || it->second.request != request) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second.lru_position);
@@ -13,7 +21,7 @@ const Response* ResponseCache::lookup(const std::string& name, const RequestMeta
 }
 
 void ResponseCache::put(const std::string& name, const RequestMeta& request, const Response& response) {
-  if (capacity_ == 0) return;
+  if (capacity_ == 0 || !enabled_) return;
   auto it = entries_.find(name);
   if (it != entries_.end()) {
     it->second.request = request;

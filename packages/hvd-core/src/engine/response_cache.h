@@ -23,6 +23,8 @@ class ResponseCache {
   const Response* lookup(const std::string& name, const RequestMeta& request);
   void put(const std::string& name, const RequestMeta& request, const Response& response);
   size_t size() const { return entries_.size(); }
+  // The autotuner turns the cache off and on; off, it is empty.
+  void set_enabled(bool enabled);
   uint64_t hits() const { return hits_; }
 
  private:
@@ -32,6 +34,7 @@ class ResponseCache {
     std::list<std::string>::iterator lru_position;
   };
   size_t capacity_;
+  bool enabled_ = true;
   std::list<std::string> lru_;  // front = most recently used
   std::unordered_map<std::string, Entry> entries_;
   uint64_t hits_ = 0;

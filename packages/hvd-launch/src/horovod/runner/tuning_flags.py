@@ -63,8 +63,8 @@ TUNING_FLAGS = (
                _bool_env,
                negations=("--no-torus-allreduce",)),
     TuningFlag("--autotune", "autotune", bool, "HOROVOD_AUTOTUNE", ("autotune", "enabled"),
-               "Tune fusion threshold, cycle time and hierarchical modes while training "
-               "(no effect in hvd: no autotuner).", _bool_env, negations=("--no-autotune",)),
+               "Tune the fusion threshold, the cycle time and the response cache while training "
+               "(rank 0 searches; hierarchical modes stay as set).", _bool_env, negations=("--no-autotune",)),
     TuningFlag("--autotune-log-file", "autotune_log_file", str, "HOROVOD_AUTOTUNE_LOG",
                ("autotune", "log_file"), "CSV file the autotuner logs its samples to."),
     TuningFlag("--autotune-warmup-samples", "autotune_warmup_samples", int,

@@ -1,0 +1,101 @@
+// autotune.h - HOROVOD_AUTOTUNE: while the job trains, the coordinator of
+// the global process set tries settings of the knobs it owns (fusion
+// threshold, cycle time, response cache), scores each by the bytes it
+// releases per second, and keeps the best. The fusion threshold and cycle
+// time are searched together by Bayesian optimisation (a Gaussian process
+// over the scores so far, the next point where the expected improvement is
+// largest); the cache is then tried on and off. Every knob acts only where
+// the coordinator decides what runs, so no other rank needs telling: all
+// ranks always execute the same responses.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/message.h"
+
+namespace hvd {
+
+struct TunedSettings {
+  int64_t fusion_threshold_bytes = 0;
+  double cycle_time_seconds = 0;
+  bool cache_enabled = true;
+};
+
+// Bounds of the search, as Horovod documents them.
+constexpr double kAutotuneMaxFusionMiB = 64;
+constexpr double kAutotuneMinCycleMs = 1, kAutotuneMaxCycleMs = 100;
+
+// A Gaussian process with a squared-exponential kernel over points in
+// [0,1]^2, fitted to standardised scores; expected_improvement() is the
+// acquisition the search maximises.
+class GaussianProcess {
+ public:
+  explicit GaussianProcess(double noise) : noise_(noise) {}
+  void fit(const std::vector<std::array<double, 2>>& x, const std::vector<double>& y);
+  // Posterior mean and standard deviation (standardised units) at `p`.
+  void predict(const std::array<double, 2>& p, double* mean, double* sd) const;
+  // Expected improvement over the best standardised score seen.
+  double expected_improvement(const std::array<double, 2>& p) const;
+
+ private:
+  double noise_;
+  std::vector<std::array<double, 2>> x_;
+  std::vector<double> alpha_;           // K^-1 y
+  std::vector<std::vector<double>> l_;  // Cholesky factor of K + noise I
+  double best_ = 0;
+};
+
+class Autotuner {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `initial`: the settings the job started with (tried first, so the
+  // result is never worse than them by more than the scores' noise).
+  // `hierarchical_*`: logged as they are (not tuned).
+  Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool hierarchical_allreduce,
+            bool hierarchical_allgather);
+
+  // Every batch of responses the coordinator releases. Returns true when
+  // settings() changed and must be applied.
+  bool observe(const std::vector<Response>& responses, Clock::time_point now);
+  const TunedSettings& settings() const { return current_; }
+  bool done() const { return phase_ == Phase::kDone; }
+  // The settings tried so far with their scores (bytes per second).
+  const std::vector<std::pair<TunedSettings, double>>& history() const { return history_; }
+
+ private:
+  enum class Phase { kWarmup, kJoint, kCache, kDone };
+  void scored(double score);  // one candidate's score is in: log it, pick the next
+  TunedSettings next_joint_candidate() const;
+  void log_row(const TunedSettings& s, double score);
+
+  AutotuneConfig config_;
+  bool hierarchical_allreduce_, hierarchical_allgather_;
+  Phase phase_ = Phase::kWarmup;
+  TunedSettings current_;
+  std::vector<TunedSettings> seeds_;  // the first joint candidates
+  std::vector<std::pair<TunedSettings, double>> history_;
+  TunedSettings best_;
+  double best_score_ = -1;
+  int warmups_left_;
+  int cache_tries_ = 0;
+
+  // The sample being measured: it ends when some tensor has been released
+  // steps_per_sample more times.
+  std::unordered_map<std::string, int> tensor_counts_;
+  int64_t sample_bytes_ = 0;
+  Clock::time_point sample_start_;
+  bool sample_started_ = false;
+  bool skip_next_ = false;  // the sample that straddles a change of settings
+  std::vector<double> sub_scores_;  // a candidate's score: the median of a few samples
+
+  std::ofstream log_;
+};
+
+}  // namespace hvd

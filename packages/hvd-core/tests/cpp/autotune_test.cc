@@ -1,0 +1,117 @@
+// autotune_test.cc - HOROVOD_AUTOTUNE's search, driven by a synthetic job
+// whose throughput depends on the settings: it ends at least as good as the
+// starting settings and close to the best, stays inside the documented
+// bounds, keeps knobs the user set, and logs Horovod's CSV columns.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "engine/autotune.h"
+#include "test_harness.h"
+
+using namespace hvd;
+
+namespace {
+
+// Bytes per microsecond of a made-up job: best at 24 MiB and 3 ms, a little
+// better with the cache on.
+double job_throughput(const TunedSettings& s) {
+  double mib = static_cast<double>(s.fusion_threshold_bytes) / (1 << 20);
+  double ms = s.cycle_time_seconds * 1000;
+  double score = 100 - 30 * std::pow((mib - 24) / 24, 2) - 50 * std::pow((ms - 3) / 50, 2);
+  return std::max(score, 1.0) * (s.cache_enabled ? 1.0 : 0.95);
+}
+
+// Runs steps of two 4 MiB tensors until the tuner is done (or `max_steps`);
+// time advances as the current settings' throughput says.
+Autotuner run_job(const AutotuneConfig& config, const TunedSettings& initial, int max_steps = 100000) {
+  Autotuner tuner(config, initial, false, true);
+  Response r;
+  r.names = {"grad.a", "grad.b"};
+  r.dtype = DataType::kFloat32;
+  r.shapes = {{1 << 20}, {1 << 20}};
+  const double step_bytes = 8.0 * (1 << 20);
+  auto now = Autotuner::Clock::now();
+  for (int step = 0; step < max_steps && !tuner.done(); ++step) {
+    now += std::chrono::nanoseconds(static_cast<int64_t>(step_bytes / job_throughput(tuner.settings()) * 1000));
+    tuner.observe({r}, now);
+  }
+  return tuner;
+}
+
+std::string temp_log_path() { return "/tmp/hvd_autotune_test_" + std::to_string(getpid()) + ".csv"; }
+
+}  // namespace
+
+HVD_TEST(gaussian_process_follows_its_samples_and_is_unsure_far_from_them) {
+  GaussianProcess gp(1e-4);
+  gp.fit({{0.1, 0.1}, {0.5, 0.5}, {0.9, 0.2}}, {-1.0, 1.5, 0.2});
+  double mean, sd;
+  gp.predict({0.5, 0.5}, &mean, &sd);
+  EXPECT_TRUE(std::fabs(mean - 1.5) < 0.05);
+  EXPECT_TRUE(sd < 0.05);
+  double far_mean, far_sd;
+  gp.predict({0.1, 0.95}, &far_mean, &far_sd);
+  EXPECT_TRUE(far_sd > 0.5);
+  // Improvement is expected next to the best sample, not next to the worst.
+  EXPECT_TRUE(gp.expected_improvement({0.55, 0.5}) > gp.expected_improvement({0.1, 0.1}));
+}
+
+HVD_TEST(autotune_ends_near_the_best_settings_and_never_worse_than_the_start) {
+  AutotuneConfig config;
+  config.enabled = true;
+  config.steps_per_sample = 2;
+  config.warmup_samples = 2;
+  config.max_samples = 20;
+  config.log_path = temp_log_path();
+  TunedSettings initial{128ll << 20, 0.001, true};  // hvd's defaults: tried first, as they are
+  Autotuner tuner = run_job(config, initial);
+  EXPECT_TRUE(tuner.done());
+  EXPECT_EQ(tuner.history().size(), 21u);  // 20 joint settings, then the cache the other way
+  double start_score = tuner.history().front().second;
+  const TunedSettings& best = tuner.settings();
+  EXPECT_TRUE(job_throughput(best) >= start_score * 0.999);
+  EXPECT_TRUE(job_throughput(best) >= 0.97 * 100);  // the optimum is 100
+  EXPECT_TRUE(best.cache_enabled);
+  if (std::getenv("HVD_TEST_VERBOSE")) for (const auto& [s, score] : tuner.history()) std::printf("%.2f MiB %.2f ms cache %d -> %.2f\n", s.fusion_threshold_bytes / 1048576.0, s.cycle_time_seconds * 1000, s.cache_enabled, score);
+  EXPECT_EQ(tuner.history().front().first.fusion_threshold_bytes, 128ll << 20);
+  for (size_t i = 1; i < tuner.history().size(); ++i) {
+    const auto& [s, score] = tuner.history()[i];
+    EXPECT_TRUE(s.fusion_threshold_bytes >= 0 && s.fusion_threshold_bytes <= (64ll << 20));
+    EXPECT_TRUE(s.cycle_time_seconds >= 0.001 - 1e-12 && s.cycle_time_seconds <= 0.1 + 1e-12);
+    EXPECT_TRUE(std::fabs(score - job_throughput(s)) < 0.01 * job_throughput(s));  // scored what ran
+  }
+  std::ifstream log(config.log_path);
+  std::string header, line;
+  std::getline(log, header);
+  EXPECT_EQ(header, std::string("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,"
+                                "cycle_time_ms,tensor_fusion_threshold,score"));
+  int rows = 0;
+  while (std::getline(log, line)) {
+    ++rows;
+    EXPECT_TRUE(line.rfind("0,1,0,", 0) == 0);
+  }
+  EXPECT_EQ(rows, 22);  // every sample, then the best
+  std::remove(config.log_path.c_str());
+}
+
+HVD_TEST(autotune_leaves_fusion_and_cycle_time_alone_when_the_user_set_them) {
+  AutotuneConfig config;
+  config.enabled = true;
+  config.steps_per_sample = 1;
+  config.warmup_samples = 0;
+  config.tune_fusion_and_cycle = false;
+  TunedSettings initial{8ll << 20, 0.005, true};
+  Autotuner tuner = run_job(config, initial);
+  EXPECT_TRUE(tuner.done());
+  EXPECT_EQ(tuner.history().size(), 2u);  // the job's settings, then with the cache off
+  for (const auto& [s, score] : tuner.history()) {
+    EXPECT_EQ(s.fusion_threshold_bytes, 8ll << 20);
+    EXPECT_TRUE(s.cycle_time_seconds == 0.005);
+  }
+  EXPECT_TRUE(tuner.settings().cache_enabled);
+}
