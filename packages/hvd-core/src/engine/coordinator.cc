@@ -344,16 +344,32 @@ int64_t Coordinator::response_bytes(const Response& r) const {
   return total;
 }
 
+// Allgather: the bytes everyone gathers, every member's rows.
+static int64_t gathered_bytes(const Response& r) {
+  int64_t total = 0;
+  for (size_t i = 0; i < r.shapes.size(); ++i) {
+    int64_t row = static_cast<int64_t>(dtype_size(r.dtype));
+    for (size_t d = 1; d < r.shapes[i].size(); ++d) row *= r.shapes[i][d];
+    for (int64_t rows : r.first_dims[i]) total += rows * row;
+  }
+  return total;
+}
+
 std::vector<Response> Coordinator::fuse(std::vector<Response> singles) const {
   std::vector<Response> out;
   for (auto& s : singles) {
-    bool fusable = s.kind == Response::Kind::kExecute && s.collective == Collective::kAllreduce;
+    // Allreduces fuse on any device; allgathers of host tensors (packed and
+    // unpacked by the executor around one allgatherv).
+    const bool allreduce = s.collective == Collective::kAllreduce;
+    const bool fusable = s.kind == Response::Kind::kExecute &&
+                         (allreduce || (s.collective == Collective::kAllgather && s.device == Device::kCpu));
     if (fusable && !out.empty()) {
       Response& last = out.back();
-      if (last.kind == Response::Kind::kExecute && last.collective == Collective::kAllreduce &&
+      const int64_t bytes = allreduce ? response_bytes(last) + response_bytes(s) : gathered_bytes(last) + gathered_bytes(s);
+      if (last.kind == Response::Kind::kExecute && last.collective == s.collective &&
           last.dtype == s.dtype && last.device == s.device && last.reduce_op == s.reduce_op && last.prescale == s.prescale &&
           last.postscale == s.postscale && last.joined_ranks == s.joined_ranks &&
-          response_bytes(last) + response_bytes(s) <= config_.fusion_threshold_bytes) {
+          bytes <= config_.fusion_threshold_bytes) {
         last.names.push_back(s.names[0]);
         last.shapes.push_back(s.shapes[0]);
         last.first_dims.push_back(s.first_dims[0]);

@@ -100,6 +100,12 @@ void Executor::run(const Response& r, const std::vector<LocalTensor>& locals, Da
       activity_end(r);
       for (const auto& l : locals) plane.complete(l, nullptr);
       break;
+    case Collective::kAllgather:
+      if (r.names.size() > 1 && r.device == Device::kCpu) {
+        allgather_fused(r, locals, plane);
+        break;
+      }
+      [[fallthrough]];
     default:
       for (size_t i = 0; i < r.names.size(); ++i) {
         if (r.collective == Collective::kAllgather) allgather(r, i, locals[i], plane);
@@ -222,6 +228,62 @@ void Executor::allgather(const Response& r, size_t i, const LocalTensor& local, 
   comm.allgatherv(in, out, bytes);
   activity_end(r);
   complete(plane, local, alloc_error);
+}
+
+void Executor::allgather_fused(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane) {
+  const size_t n = r.names.size();
+  const size_t members = r.first_dims[0].size();
+  const size_t me = static_cast<size_t>(comm_.rank());
+  std::vector<size_t> row_bytes(n);
+  std::vector<size_t> member_bytes(members, 0);  // what each member contributes, all its tensors together
+  for (size_t i = 0; i < n; ++i) {
+    row_bytes[i] = static_cast<size_t>(row_elements(r.shapes[i])) * dtype_size(r.dtype);
+    for (size_t m = 0; m < members; ++m) member_bytes[m] += static_cast<size_t>(r.first_dims[i][m]) * row_bytes[i];
+  }
+  size_t total = 0;
+  for (size_t b : member_bytes) total += b;
+  // [this member's packed tensors | everyone's, member after member]
+  const size_t gathered_at = (member_bytes[me] + 63) / 64 * 64;
+  auto* buffer = static_cast<unsigned char*>(plane.fusion_buffer(gathered_at + total));
+  unsigned char* gathered = buffer + gathered_at;
+  activity_start(r, "MEMCPY_IN_FUSION_BUFFER");
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t bytes = static_cast<size_t>(r.first_dims[i][me]) * row_bytes[i];
+    const void* in = locals[i].handle ? locals[i].handle->tensors[locals[i].index].input : nullptr;
+    if (bytes) plane.copy(buffer + at, in, bytes);
+    at += bytes;
+  }
+  activity_end(r);
+  Communicator& comm = plane.comm(r.dtype, false);
+  activity_start(r, comm, "ALLGATHER");
+  comm.allgatherv(buffer, gathered, member_bytes);
+  activity_end(r);
+  activity_start(r, "MEMCPY_OUT_FUSION_BUFFER");
+  std::vector<std::string> alloc_errors(n);
+  std::vector<size_t> member_start(members, 0);  // where member m's block begins in `gathered`
+  for (size_t m = 1; m < members; ++m) member_start[m] = member_start[m - 1] + member_bytes[m - 1];
+  std::vector<size_t> within(members, 0);  // how far into its block member m's tensor i starts
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> out_shape = r.shapes[i];
+    out_shape[0] = 0;
+    for (size_t m = 0; m < members; ++m) out_shape[0] += r.first_dims[i][m];
+    unsigned char* out = nullptr;
+    if (locals[i].handle != nullptr) {
+      out = static_cast<unsigned char*>(result_buffer(plane, locals[i], out_shape, r.dtype, &alloc_errors[i]));
+    }
+    size_t out_at = 0;
+    for (size_t m = 0; m < members; ++m) {
+      const size_t bytes = static_cast<size_t>(r.first_dims[i][m]) * row_bytes[i];
+      if (out != nullptr && alloc_errors[i].empty() && bytes) {
+        plane.copy(out + out_at, gathered + member_start[m] + within[m], bytes);
+      }
+      out_at += bytes;
+      within[m] += bytes;
+    }
+  }
+  activity_end(r);
+  for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
 }
 
 void Executor::broadcast(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {

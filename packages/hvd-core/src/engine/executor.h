@@ -34,6 +34,9 @@ class Executor {
  private:
   void allreduce(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane);
   void allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
+  // Several tensors in one allgatherv: each member's tensors packed back to
+  // back, gathered once, then unpacked into every tensor's result.
+  void allgather_fused(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane);
   void broadcast(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   void alltoall(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   void reducescatter(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);

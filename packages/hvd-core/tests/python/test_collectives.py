@@ -1,6 +1,8 @@
 # test_collectives.py - every collective x dtype x op at 1, 2, 3 and 4 real
 # ranks; each rank checks its result against a reference it computes from
 # the deterministic inputs of all ranks (rank_programs/collectives.py).
+import json
+
 import pytest
 
 import ranks
@@ -44,6 +46,23 @@ def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
     results = ranks.run_program_ok(np_, "collectives:allgather_with_different_first_dimensions_every_dtype")
     for failures in results:
         assert failures == []
+
+
+@pytest.mark.parametrize("knobs", ["default", "no_fusion"])
+@pytest.mark.parametrize("np_", SIZES)
+def test_fused_allgathers_of_uneven_tensors_are_exact(np_, knobs):
+    results = ranks.run_program_ok(np_, "collectives:fused_allgather_of_many_tensors", env=KNOBS.get(knobs, {}))
+    for failures in results:
+        assert failures == []
+
+
+def test_grouped_allgather_runs_as_one_fused_collective(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    ranks.run_program_ok(2, "collectives:fused_allgather_of_many_tensors", env={"HOROVOD_TIMELINE": str(timeline)})
+    events = json.loads(timeline.read_text())
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    packed = {rows[e["pid"]] for e in events if e.get("name") == "MEMCPY_IN_FUSION_BUFFER"}
+    assert {"grouped_allgather.fused.0_%d" % i for i in range(6)} <= packed, sorted(packed)
 
 
 @pytest.mark.parametrize("np_", SIZES)

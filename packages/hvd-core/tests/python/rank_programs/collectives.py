@@ -141,6 +141,32 @@ def allgather_with_different_first_dimensions_every_dtype():
     return failures
 
 
+def fused_allgather_of_many_tensors():
+    """Grouped and concurrent allgathers of same-dtype tensors (fused into one
+    allgatherv unless HOROVOD_FUSION_THRESHOLD forbids it), some with no rows
+    on some ranks; returns the cases whose result differs from the
+    concatenated inputs."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+
+    def part(r, i):
+        rows = (r + i) % 3
+        return (np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) + 100 * r + 10 * i)
+
+    failures = []
+    for step in range(3):
+        grouped = hvd.grouped_allgather([part(rank, i) for i in range(6)], name="fused.%d" % step)
+        for i, out in enumerate(grouped):
+            if not np.array_equal(out, np.concatenate([part(r, i) for r in range(size)])):
+                failures.append(["grouped", step, i])
+        handles = [hvd.allgather_async(part(rank, i).reshape(-1), name="async.%d.%d" % (step, i)) for i in range(4)]
+        for i, h in enumerate(handles):
+            if not np.array_equal(hvd.synchronize(h), np.concatenate([part(r, i).reshape(-1) for r in range(size)])):
+                failures.append(["async", step, i])
+    hvd.shutdown()
+    return failures
+
+
 def broadcast_from_every_root():
     """Returns the [root, case] pairs whose broadcast result (or untouched input) is wrong."""
     hvd.init()
