@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "engine/timeline.h"
+#include "reduce/reduce.h"
 
 namespace hvd {
 namespace {
@@ -328,6 +329,27 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
   return r;
 }
 
+// Every member sent its input with the request (a small host allreduce):
+// reduce here, in member order as the shared-memory transport does, and
+// send the result with the response.
+void Coordinator::reduce_inline(const Pending& p, Response* r) const {
+  if (r->kind != Response::Kind::kExecute || r->collective != Collective::kAllreduce || !r->joined_ranks.empty() ||
+      r->reduce_op == HVD_OP_ADASUM || r->names.size() != 1) {
+    return;
+  }
+  size_t count = 1;
+  for (auto d : r->shapes[0]) count *= static_cast<size_t>(d);
+  const size_t bytes = count * dtype_size(r->dtype);
+  std::vector<const void*> inputs;
+  for (int m = 0; m < size(); ++m) {
+    const std::string& data = p.metas[static_cast<size_t>(m)].inline_data;
+    if (!p.have[static_cast<size_t>(m)] || data.size() != bytes || bytes == 0) return;
+    inputs.push_back(data.data());
+  }
+  r->inline_result.resize(bytes);
+  reduce_many(r->inline_result.data(), inputs.data(), inputs.size(), count, r->dtype, transport_op(r->reduce_op));
+}
+
 void Coordinator::retune(int64_t fusion_threshold_bytes, double cycle_time_seconds, bool cache_enabled) {
   config_.fusion_threshold_bytes = fusion_threshold_bytes;
   config_.cycle_time_seconds = cycle_time_seconds;
@@ -361,12 +383,12 @@ std::vector<Response> Coordinator::fuse(std::vector<Response> singles) const {
     // Allreduces fuse on any device; allgathers of host tensors (packed and
     // unpacked by the executor around one allgatherv).
     const bool allreduce = s.collective == Collective::kAllreduce;
-    const bool fusable = s.kind == Response::Kind::kExecute &&
+    const bool fusable = s.kind == Response::Kind::kExecute && s.inline_result.empty() &&
                          (allreduce || (s.collective == Collective::kAllgather && s.device == Device::kCpu));
     if (fusable && !out.empty()) {
       Response& last = out.back();
       const int64_t bytes = allreduce ? response_bytes(last) + response_bytes(s) : gathered_bytes(last) + gathered_bytes(s);
-      if (last.kind == Response::Kind::kExecute && last.collective == s.collective &&
+      if (last.kind == Response::Kind::kExecute && last.inline_result.empty() && last.collective == s.collective &&
           last.dtype == s.dtype && last.device == s.device && last.reduce_op == s.reduce_op && last.prescale == s.prescale &&
           last.postscale == s.postscale && last.joined_ranks == s.joined_ranks &&
           bytes <= config_.fusion_threshold_bytes) {
@@ -422,6 +444,7 @@ std::vector<Response> Coordinator::take_responses(Clock::time_point now, Clock::
   for (const auto& name : ready_) {
     auto it = pending_.find(name);
     singles.push_back(build_response(name, it->second));
+    reduce_inline(it->second, &singles.back());
     pending_.erase(it);
   }
   ready_.clear();

@@ -89,6 +89,7 @@ class Coordinator {
   int size() const { return static_cast<int>(config_.global_ranks.size()); }
   void check_complete(const std::string& name);
   Response build_response(const std::string& name, Pending& pending);
+  void reduce_inline(const Pending& pending, Response* response) const;
   // Empty when the requests agree; else the reason, with the global ranks at
   // fault in *at_fault (see hvd_error_get_ranks).
   std::string validate(const std::string& name, const Pending& pending, std::vector<int>* at_fault) const;

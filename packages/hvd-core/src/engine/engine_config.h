@@ -49,6 +49,10 @@ struct EngineConfig {
   // off with HOROVOD_SHM_DISABLE, or alone with HVD_CONTROL_RING=0 (an
   // internal switch for A/B measurements). Member 0 decides for its set.
   bool control_over_shm = true;
+  // Host allreduces of at most this many bytes carry their input with the
+  // request (see RequestMeta::inline_data); HVD_INLINE_ALLREDUCE_BYTES, up
+  // to kMaxInlineBytes, 0 turns it off (an internal switch for A/B runs).
+  size_t inline_allreduce_bytes = 4096;
   bool hierarchical = true;             // HOROVOD_HIERARCHICAL_ALLREDUCE
   bool hierarchical_allgather = true;   // HOROVOD_HIERARCHICAL_ALLGATHER
   bool use_mpi = false;                 // HOROVOD_CPU_OPERATIONS=mpi (gloo: hvd's own transports)

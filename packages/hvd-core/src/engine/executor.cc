@@ -25,15 +25,6 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-ReduceOp transport_op(int32_t op) {
-  switch (op) {
-    case HVD_OP_MIN: return ReduceOp::kMin;
-    case HVD_OP_MAX: return ReduceOp::kMax;
-    case HVD_OP_PRODUCT: return ReduceOp::kProduct;
-    default: return ReduceOp::kSum;  // Sum, Average
-  }
-}
-
 }  // namespace
 
 Executor::Executor(Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {}
@@ -133,6 +124,15 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
   const double pre = r.prescale;
   double post = r.postscale;
   if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(comm_.size());
+  if (!r.inline_result.empty()) {
+    // The coordinator reduced the inputs the requests carried.
+    std::string alloc_error;
+    void* out = result_buffer(plane, locals[0], r.shapes[0], r.dtype, &alloc_error);
+    const CopySpec result{out, r.inline_result.data(), r.inline_result.size() / esize};
+    plane.copy_scaled(&result, 1, r.dtype, post);
+    complete(plane, locals[0], alloc_error);
+    return;
+  }
   const ReduceOp op = transport_op(r.reduce_op);
   const bool adasum_op = r.reduce_op == HVD_OP_ADASUM;
   Communicator& comm = plane.comm(r.dtype, !adasum_op);

@@ -96,6 +96,11 @@ class Reader {
     if (v < first || v > last) corrupt(std::string("unknown ") + what + " " + std::to_string(v));
     return v;
   }
+  std::string inline_bytes() {
+    std::string s = str();
+    if (s.size() > kMaxInlineBytes) corrupt("inline data of " + std::to_string(s.size()) + " bytes");
+    return s;
+  }
   std::string name() {
     std::string s = str();
     if (s.size() > kMaxTensorNameBytes) corrupt("a tensor name of " + std::to_string(s.size()) + " bytes");
@@ -115,6 +120,15 @@ class Reader {
 
 }  // namespace
 
+ReduceOp transport_op(int32_t op) {
+  switch (op) {
+    case HVD_OP_MIN: return ReduceOp::kMin;
+    case HVD_OP_MAX: return ReduceOp::kMax;
+    case HVD_OP_PRODUCT: return ReduceOp::kProduct;
+    default: return ReduceOp::kSum;  // Sum, Average
+  }
+}
+
 std::string encode_requests(const std::vector<RequestMeta>& requests) {
   Writer w;
   w.pod<uint32_t>(static_cast<uint32_t>(requests.size()));
@@ -130,6 +144,7 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
     w.i64s(r.shape);
     w.str(r.group_key);
     w.pod<int32_t>(r.group_size);
+    w.str(r.inline_data);
   }
   return w.take();
 }
@@ -137,8 +152,8 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
 // The fewest bytes one encoded item takes (every string and list empty), so a
 // count is checked against what the payload can really hold before anything
 // is allocated for it.
-constexpr size_t kMinRequestBytes = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
-constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4;
+constexpr size_t kMinRequestBytes = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4;
+constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4;
 constexpr size_t kMinResponseTensorBytes = 4 + 4 + 4;
 
 std::vector<RequestMeta> decode_requests(const std::string& payload) {
@@ -157,6 +172,7 @@ std::vector<RequestMeta> decode_requests(const std::string& payload) {
     m.shape = r.i64s();
     m.group_key = r.str();
     m.group_size = r.pod<int32_t>();
+    m.inline_data = r.inline_bytes();
   }
   return out;
 }
@@ -186,6 +202,7 @@ std::string encode_responses(const std::vector<Response>& responses) {
     w.pod<int32_t>(r.error_code);
     w.pod<uint32_t>(static_cast<uint32_t>(r.error_ranks.size()));
     for (auto rank : r.error_ranks) w.pod<int32_t>(rank);
+    w.str(r.inline_result);
   }
   return w.take();
 }
@@ -220,6 +237,7 @@ std::vector<Response> decode_responses(const std::string& payload) {
     m.error_code = r.pod<int32_t>();
     m.error_ranks.resize(r.count(4));
     for (auto& rank : m.error_ranks) rank = r.pod<int32_t>();
+    m.inline_result = r.inline_bytes();
   }
   return out;
 }

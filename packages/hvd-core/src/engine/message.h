@@ -51,7 +51,15 @@ struct RequestMeta {
   // (the first tensor's name) and its size; the group is released as a unit.
   std::string group_key;
   int32_t group_size = 0;
+  // A small host allreduce carries its (prescaled) input: when every member's
+  // has arrived, the coordinator reduces them and sends the result back with
+  // the response, one round trip instead of negotiation plus a collective.
+  // Not part of the request's identity (operator== ignores it).
+  std::string inline_data;
 };
+
+// The largest input a request carries inline.
+constexpr size_t kMaxInlineBytes = 4096;
 
 // Field by field: two members asked for exactly the same thing.
 inline bool operator==(const RequestMeta& a, const RequestMeta& b) {
@@ -83,7 +91,14 @@ struct Response {
   std::string error_message;      // kError
   int32_t error_code = HVD_ERROR_PRECONDITION;  // kError: an hvd_error_code
   std::vector<int32_t> error_ranks;             // kError: the global ranks at fault
+  // An allreduce of one tensor whose members all sent their input inline:
+  // the reduced (not yet postscaled) result; no collective runs.
+  std::string inline_result;
 };
+
+// The reduction a transport runs for an hvd_reduce_op (Average: Sum, then
+// the executor scales).
+ReduceOp transport_op(int32_t op);
 
 // Control-channel message types.
 enum class MessageType : uint8_t {

@@ -393,12 +393,26 @@ void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
     taken.swap(queue_);
     queue_nonempty_.store(false);
   }
+  const size_t inline_limit = size() > 1 ? context_.config.inline_allreduce_bytes : 0;
   for (hvd_handle* h : taken) {
     for (size_t i = 0; i < h->tensors.size(); ++i) {
-      const RequestMeta& meta = h->tensors[i].meta;
+      const TensorSlot& slot = h->tensors[i];
+      const RequestMeta& meta = slot.meta;
       if (meta.collective == Collective::kJoin) join_handle_ = h;
       else in_flight_[meta.name] = LocalTensor{h, i};
       metas->push_back(meta);
+      if (meta.collective == Collective::kAllreduce && meta.device == Device::kCpu &&
+          meta.reduce_op != HVD_OP_ADASUM && slot.input != nullptr) {
+        size_t count = 1;
+        for (auto d : meta.shape) count *= static_cast<size_t>(d);
+        const size_t bytes = count * dtype_size(meta.dtype);
+        if (bytes > 0 && bytes <= inline_limit) {
+          std::string& data = metas->back().inline_data;
+          data.resize(bytes);
+          if (meta.prescale == 1.0) std::memcpy(data.data(), slot.input, bytes);
+          else scale_copy(data.data(), slot.input, count, meta.dtype, meta.prescale);
+        }
+      }
     }
   }
 }

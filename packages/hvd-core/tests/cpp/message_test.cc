@@ -73,15 +73,30 @@ HVD_TEST(unknown_enum_values_in_a_request_are_corrupt_not_reinterpreted) {
 }
 
 HVD_TEST(a_count_the_payload_cannot_hold_is_refused_before_allocating) {
-  // 900 requests in 4,000 bytes: each needs at least 43, so the count alone
+  // 900 requests in 4,000 bytes: each needs at least 47, so the count alone
   // is refused. (Checked at 4 bytes an item, it passed and 900 requests were
   // allocated before the payload ran out.)
   std::string payload(4, '\0');
   uint32_t n = 900;
   std::memcpy(&payload[0], &n, 4);
   payload += std::string(4000, '\0');
-  EXPECT_TRUE(what_decode_says(payload).find("a count of 900 items, which need at least 38700 bytes") !=
+  EXPECT_TRUE(what_decode_says(payload).find("a count of 900 items, which need at least 42300 bytes") !=
               std::string::npos);
+}
+
+HVD_TEST(inline_data_round_trips_and_more_than_the_limit_is_corrupt) {
+  RequestMeta m = request("t");
+  m.inline_data = std::string(16, '\x7f');
+  EXPECT_TRUE(decode_requests(encode_requests({m}))[0].inline_data == m.inline_data);
+  EXPECT_TRUE(decode_requests(encode_requests({m}))[0] == request("t"));  // not part of the identity
+  m.inline_data = std::string(kMaxInlineBytes + 1, 'x');
+  EXPECT_TRUE(what_decode_says(encode_requests({m})).find("inline data of") != std::string::npos);
+  Response r;
+  r.names = {"t"};
+  r.shapes = {{4}};
+  r.first_dims = {{}};
+  r.inline_result = std::string(16, '\x01');
+  EXPECT_TRUE(decode_responses(encode_responses({r}))[0].inline_result == r.inline_result);
 }
 
 HVD_TEST(tensor_names_longer_than_the_limit_are_corrupt) {
