@@ -209,16 +209,24 @@ void ProcessSetRuntime::connect_rings() {
       }
       channels_[m].send(MessageType::kRingOffer, offer);
     }
-    for (size_t m = 1; m < ranks_.size(); ++m) {
-      channels_[m].receive(&type, &payload, timeout);
-      if (type != MessageType::kRingReply) {
-        throw_error(ErrorCode::kInternal, channels_[m].peer() + " did not answer the control-ring offer");
+    try {
+      for (size_t m = 1; m < ranks_.size(); ++m) {
+        channels_[m].receive(&type, &payload, timeout);
+        if (type != MessageType::kRingReply) {
+          throw_error(ErrorCode::kInternal, channels_[m].peer() + " did not answer the control-ring offer");
+        }
+        if (rings[m]) {
+          ShmRing::unlink(names[m]);
+          if (payload == "1") channels_[m].use_ring(std::move(rings[m]));
+          rings[m].reset();
+        }
       }
-      if (rings[m]) {
-        ShmRing::unlink(names[m]);
-        if (payload == "1") channels_[m].use_ring(std::move(rings[m]));
-        rings[m].reset();
+    } catch (...) {
+      // No name may outlive a failed start (the worker unlinks too, once attached).
+      for (size_t m = 1; m < ranks_.size(); ++m) {
+        if (rings[m]) ShmRing::unlink(names[m]);
       }
+      throw;
     }
   } else if (size() > 1) {
     channels_[0].receive(&type, &payload, timeout);
@@ -229,7 +237,8 @@ void ProcessSetRuntime::connect_rings() {
     if (payload.size() > 32) {
       std::string why;
       ring = ShmRing::attach(payload.substr(32), payload.substr(0, 32), &why);
-      if (!ring) HVD_LOG(kDebug, "process set " << id_ << ": control ring not used: " << why);
+      if (ring) ShmRing::unlink(payload.substr(32));  // mapped: the name is no longer needed
+      else HVD_LOG(kDebug, "process set " << id_ << ": control ring not used: " << why);
     }
     channels_[0].send(MessageType::kRingReply, ring ? "1" : "0");
     if (ring) channels_[0].use_ring(std::move(ring));

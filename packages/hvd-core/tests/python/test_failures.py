@@ -2,9 +2,21 @@
 # collective on every survivor into HorovodInternalError within the bound;
 # shutdown() then init() works again in the same process. What the ranks
 # run is in rank_programs/failures.py.
+import os
+import time
+
 import pytest
 
 import ranks
+
+
+def _control_ring_names():
+    """This user's control-ring segments in /dev/shm (see shm_ring.h)."""
+    try:
+        entries = os.listdir("/dev/shm")
+    except FileNotFoundError:
+        return set()
+    return {e for e in entries if e.startswith("hvd-r") and os.stat("/dev/shm/" + e).st_uid == os.geteuid()}
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
@@ -21,6 +33,18 @@ def test_killed_peer_fails_survivors_within_five_seconds(np_, victim):
         assert out["error"], str(res)
         assert out["elapsed"] < 5.5, out
         assert out["later"], out
+
+
+def test_no_control_ring_outlives_its_job_even_when_the_coordinator_is_killed():
+    before = _control_ring_names()
+    ranks.run_program_ok(3, "failures:shutdown_and_init_three_times")
+    ranks.run_program(3, "failures:peer_stops_mid_loop", timeout=60, kwargs={"victim": 0, "signal_name": "SIGKILL"})
+    # Names are unlinked once both sides have mapped them, during start-up;
+    # another job starting meanwhile may hold one for a moment.
+    deadline = time.time() + 3
+    while _control_ring_names() - before and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _control_ring_names() - before
 
 
 def test_frozen_peer_is_detected_by_heartbeat():
