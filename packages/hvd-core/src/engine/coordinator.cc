@@ -380,14 +380,17 @@ static int64_t gathered_bytes(const Response& r) {
 std::vector<Response> Coordinator::fuse(std::vector<Response> singles) const {
   std::vector<Response> out;
   for (auto& s : singles) {
-    // Allreduces fuse on any device; allgathers of host tensors (packed and
-    // unpacked by the executor around one allgatherv).
+    // Allreduces fuse on any device; allgathers and reducescatters of host
+    // tensors (packed and unpacked by the executor around one collective).
     const bool allreduce = s.collective == Collective::kAllreduce;
-    const bool fusable = s.kind == Response::Kind::kExecute && s.inline_result.empty() &&
-                         (allreduce || (s.collective == Collective::kAllgather && s.device == Device::kCpu));
+    const bool host_only = s.device == Device::kCpu &&
+                           (s.collective == Collective::kAllgather ||
+                            (s.collective == Collective::kReducescatter && s.joined_ranks.empty()));
+    const bool fusable = s.kind == Response::Kind::kExecute && s.inline_result.empty() && (allreduce || host_only);
     if (fusable && !out.empty()) {
       Response& last = out.back();
-      const int64_t bytes = allreduce ? response_bytes(last) + response_bytes(s) : gathered_bytes(last) + gathered_bytes(s);
+      const bool gathers = s.collective == Collective::kAllgather;
+      const int64_t bytes = gathers ? gathered_bytes(last) + gathered_bytes(s) : response_bytes(last) + response_bytes(s);
       if (last.kind == Response::Kind::kExecute && last.inline_result.empty() && last.collective == s.collective &&
           last.dtype == s.dtype && last.device == s.device && last.reduce_op == s.reduce_op && last.prescale == s.prescale &&
           last.postscale == s.postscale && last.joined_ranks == s.joined_ranks &&

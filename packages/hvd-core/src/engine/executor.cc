@@ -97,6 +97,12 @@ void Executor::run(const Response& r, const std::vector<LocalTensor>& locals, Da
         break;
       }
       [[fallthrough]];
+    case Collective::kReducescatter:
+      if (r.collective == Collective::kReducescatter && r.names.size() > 1 && r.device == Device::kCpu) {
+        reducescatter_fused(r, locals, plane);
+        break;
+      }
+      [[fallthrough]];
     default:
       for (size_t i = 0; i < r.names.size(); ++i) {
         if (r.collective == Collective::kAllgather) allgather(r, i, locals[i], plane);
@@ -282,6 +288,64 @@ void Executor::allgather_fused(const Response& r, const std::vector<LocalTensor>
       within[m] += bytes;
     }
   }
+  activity_end(r);
+  for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
+}
+
+void Executor::reducescatter_fused(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane) {
+  const size_t n = r.names.size();
+  const size_t members = static_cast<size_t>(comm_.size());
+  const size_t me = static_cast<size_t>(comm_.rank());
+  const size_t esize = dtype_size(r.dtype);
+  // share[i][m]: elements of tensor i that member m ends up with (rows split
+  // as evenly as they go, the first members taking one more).
+  std::vector<std::vector<size_t>> share(n, std::vector<size_t>(members));
+  std::vector<size_t> counts(members, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const auto rows = static_cast<size_t>(r.shapes[i][0]);
+    const auto row = static_cast<size_t>(row_elements(r.shapes[i]));
+    for (size_t m = 0; m < members; ++m) {
+      share[i][m] = (rows / members + (m < rows % members ? 1 : 0)) * row;
+      counts[m] += share[i][m];
+    }
+  }
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  auto* packed = static_cast<unsigned char*>(plane.fusion_buffer((total + counts[me]) * esize));
+  unsigned char* mine = packed + total * esize;
+  activity_start(r, "MEMCPY_IN_FUSION_BUFFER");
+  std::vector<CopySpec>& copies = copies_;
+  copies.clear();
+  std::vector<size_t> taken(n, 0);  // elements of tensor i packed so far
+  size_t at = 0;
+  for (size_t m = 0; m < members; ++m) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto* in = static_cast<const unsigned char*>(locals[i].handle->tensors[locals[i].index].input);
+      if (share[i][m]) copies.push_back({packed + at * esize, in + taken[i] * esize, share[i][m]});
+      taken[i] += share[i][m];
+      at += share[i][m];
+    }
+  }
+  plane.copy_scaled(copies.data(), copies.size(), r.dtype, r.prescale);
+  activity_end(r);
+  Communicator& comm = plane.comm(r.dtype, true);
+  activity_start(r, comm, "REDUCESCATTER");
+  comm.reducescatter(packed, mine, counts, r.dtype, transport_op(r.reduce_op));
+  activity_end(r);
+  double post = r.postscale;
+  if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(members);
+  activity_start(r, "MEMCPY_OUT_FUSION_BUFFER");
+  std::vector<std::string> alloc_errors(n);
+  copies.clear();
+  at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> out_shape = r.shapes[i];
+    out_shape[0] = static_cast<int64_t>(share[i][me] / std::max<size_t>(1, static_cast<size_t>(row_elements(r.shapes[i]))));
+    void* out = result_buffer(plane, locals[i], out_shape, r.dtype, &alloc_errors[i]);
+    if (alloc_errors[i].empty() && share[i][me]) copies.push_back({out, mine + at * esize, share[i][me]});
+    at += share[i][me];
+  }
+  plane.copy_scaled(copies.data(), copies.size(), r.dtype, post);
   activity_end(r);
   for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
 }

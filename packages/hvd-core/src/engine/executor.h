@@ -40,6 +40,9 @@ class Executor {
   void broadcast(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   void alltoall(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   void reducescatter(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
+  // Several tensors in one reducescatter: every member's share of each tensor
+  // packed together (prescaled), reduced once, this member's shares unpacked.
+  void reducescatter_fused(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane);
   // Where tensor `local` gets its result of `shape`: the caller's output,
   // the caller's allocator, or a core-owned tensor; scratch on failure.
   void* result_buffer(DataPlane& plane, const LocalTensor& local, const std::vector<int64_t>& shape,

@@ -64,6 +64,23 @@ def test_fused_allgathers_of_uneven_tensors_are_exact(np_, knobs):
         assert failures == []
 
 
+@pytest.mark.parametrize("knobs", ["default", "no_fusion"])
+@pytest.mark.parametrize("np_", SIZES)
+def test_fused_reducescatters_of_uneven_tensors_are_exact(np_, knobs):
+    results = ranks.run_program_ok(np_, "collectives:fused_reducescatter_of_many_tensors", env=KNOBS.get(knobs, {}))
+    for failures in results:
+        assert failures == []
+
+
+def test_grouped_reducescatter_runs_as_one_fused_collective(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    ranks.run_program_ok(2, "collectives:fused_reducescatter_of_many_tensors", env={"HOROVOD_TIMELINE": str(timeline)})
+    events = json.loads(timeline.read_text())
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    packed = {rows[e["pid"]] for e in events if e.get("name") == "MEMCPY_IN_FUSION_BUFFER"}
+    assert {"grouped_reducescatter.rs.0_%d" % i for i in range(5)} <= packed, sorted(packed)
+
+
 def test_grouped_allgather_runs_as_one_fused_collective(tmp_path):
     timeline = tmp_path / "timeline.json"
     ranks.run_program_ok(2, "collectives:fused_allgather_of_many_tensors", env={"HOROVOD_TIMELINE": str(timeline)})

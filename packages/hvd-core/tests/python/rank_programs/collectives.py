@@ -167,6 +167,40 @@ def fused_allgather_of_many_tensors():
     return failures
 
 
+def fused_reducescatter_of_many_tensors():
+    """Grouped and concurrent reducescatters of same-dtype tensors whose rows
+    do not split evenly (fused into one reducescatter unless
+    HOROVOD_FUSION_THRESHOLD forbids it), with an op and scale factors;
+    returns the cases whose block differs from the reference."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+
+    def part(r, i):
+        return np.arange((2 * i + 1) * 3, dtype=np.float32).reshape(2 * i + 1, 3) * (r + 1) + i
+
+    def block(full, rows):
+        start = sum(rows // size + (m < rows % size) for m in range(rank))
+        return full[start:start + rows // size + (rank < rows % size)]
+
+    failures = []
+    for step in range(2):
+        outs = hvd.grouped_reducescatter([part(rank, i) for i in range(5)], name="rs.%d" % step, op=hvd.Sum,
+                                         prescale_factor=2.0, postscale_factor=0.5)
+        for i, out in enumerate(outs):
+            want = block(sum(part(r, i) for r in range(size)), 2 * i + 1)
+            if out.shape != want.shape or not np.allclose(out, want):
+                failures.append(["grouped", step, i])
+        handles = [hvd.reducescatter_async(part(rank, i), name="rsa.%d.%d" % (step, i), op=hvd.Average)
+                   for i in range(3)]
+        for i, h in enumerate(handles):
+            want = block(sum(part(r, i) for r in range(size)) / size, 2 * i + 1)
+            out = hvd.synchronize(h)
+            if out.shape != want.shape or not np.allclose(out, want):
+                failures.append(["async", step, i])
+    hvd.shutdown()
+    return failures
+
+
 def broadcast_from_every_root():
     """Returns the [root, case] pairs whose broadcast result (or untouched input) is wrong."""
     hvd.init()
