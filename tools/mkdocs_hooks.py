@@ -7,7 +7,8 @@
 - Generates `c_api_reference.md` from the C header (tools/c_api_reference.py).
 - Checks that every repository file a page names exists: relative links that
   leave docs/ and `code spans` that look like repository paths
-  (`packages/...`, `tools/...`, `examples/...`, `docs/...`). A missing one is a
+  (`packages/...`, `tools/...`, `examples/...`, `docs/...`), and such paths
+  named in running text ("see docs/elastic.md"). A missing one is a
   warning, which `mkdocs build --strict` turns into a failed build.
 """
 
@@ -114,6 +115,9 @@ def on_files(files, config):
 
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 _CODE_PATH = re.compile(r"`((?:\.\./)?(?:packages|tools|examples|docs|\.ci)/[\w./+-]*[\w/])`")
+# Paths named in running text ("see docs/elastic.md"), not part of a longer path.
+_TEXT_PATH = re.compile(r"(?<![\w./-])((?:packages|tools|examples|docs)/[\w./+-]*"
+                        r"\.(?:md|py|sh|cc|h|c|txt|toml|json))\b")
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
@@ -132,7 +136,7 @@ def on_page_markdown(markdown, page, config, files):
                 log.warning("%s links to %s, which is not a page of the docs", page.file.src_uri, target)
         elif not path.exists():
             log.warning("%s links to %s, which does not exist in the repository", page.file.src_uri, target)
-    for ref in _CODE_PATH.findall(text):
+    for ref in set(_CODE_PATH.findall(text)) | set(_TEXT_PATH.findall(text)):
         if "*" in ref or "<" in ref:
             continue
         path = (page_dir / ref).resolve() if ref.startswith("../") else ROOT / ref
