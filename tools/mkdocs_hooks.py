@@ -75,7 +75,8 @@ def exported_names(package):
     def visit(body):
         for node in body:
             if isinstance(node, ast.ImportFrom):
-                names.extend(a.asname or a.name for a in node.names)
+                if node.level or (node.module or "").split(".")[0] == "horovod":
+                    names.extend(a.asname or a.name for a in node.names)
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 names.append(node.name)
             elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
@@ -89,16 +90,38 @@ def exported_names(package):
     return list(dict.fromkeys(public))
 
 
+def basics_names():
+    """Names horovod.common binds to methods of its one HorovodBasics (`init = _basics.init`).
+
+    Every binding re-exports them. A static reader sees them as undocumented
+    attributes, so the pages list them and point to HorovodBasics instead.
+    """
+    path = ROOT / SOURCES["horovod.common"] / "horovod/common/__init__.py"
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "_basics"):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
 def _api_page(title, intro, packages):
     out = ["# " + title, "", intro, ""]
     for package, submodules in packages:
         if len(packages) > 1:
             out += ["## " + package, ""]
-        members = exported_names(package)
+        basics = basics_names()
+        names = exported_names(package)
+        members = [n for n in names if n not in basics]
+        bound = [n for n in basics if n in names or package == "horovod.common"]
         out += ["::: " + package, "    options:", "      show_root_heading: %s" % (len(packages) == 1),
                 "      members:"]
         out += ["        - " + name for name in members]
         out.append("")
+        if bound:
+            out += ["Start-up, topology and build queries, `%s.<name>`: %s. Each is a method of one shared "
+                    "[HorovodBasics][horovod.common.HorovodBasics], documented there." % (package, ", ".join(
+                        "`%s`" % n for n in bound)), ""]
         for sub in submodules:
             out += ["::: " + sub, "    options:", "      show_root_heading: true",
                     "      heading_level: %d" % (2 if len(packages) == 1 else 3), ""]
