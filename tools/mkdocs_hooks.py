@@ -55,7 +55,7 @@ API_PAGES = [
      [("horovod.tensorflow.keras", ["horovod.tensorflow.keras.callbacks", "horovod.tensorflow.keras.elastic"]),
       ("horovod.keras", ["horovod.keras.callbacks", "horovod.keras.elastic"])]),
     ("api/runner.md", "horovod.runner", "The launcher (hvd-launch). Guide: [horovodrun](../launcher.md).",
-     [("horovod.runner", [])]),
+     [("horovod.runner", ["horovod.runner.run_api", "horovod.runner.check_build"])]),
     ("api/elastic.md", "horovod.runner.elastic", "The elastic driver (hvd-elastic). Guide: "
      "[Elastic training](../elastic.md).",
      [("horovod.runner.elastic", ["horovod.runner.elastic.discovery"])]),
@@ -71,6 +71,7 @@ def exported_names(package):
     pkg_dir = ROOT / SOURCES[package] / package.replace(".", "/")
     tree = ast.parse((pkg_dir / "__init__.py").read_text())
     names = []
+    defined = set()  # defined here, so not a submodule even where a module has its name
 
     def visit(body):
         for node in body:
@@ -79,6 +80,7 @@ def exported_names(package):
                     names.extend(a.asname or a.name for a in node.names)
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 names.append(node.name)
+                defined.add(node.name)
             elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
                 names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
             elif isinstance(node, ast.Try):
@@ -86,7 +88,7 @@ def exported_names(package):
 
     visit(tree.body)
     submodules = {p.stem for p in pkg_dir.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
-    public = [n for n in names if not n.startswith("_") and n not in submodules and n != "*"]
+    public = [n for n in names if not n.startswith("_") and (n not in submodules or n in defined) and n != "*"]
     return list(dict.fromkeys(public))
 
 
