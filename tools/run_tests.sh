@@ -58,6 +58,20 @@ echo "== lint (ruff.toml)"
 lint_status=0
 ruff check --quiet . || lint_status=1
 
+echo "== docs (mkdocs build --strict)"
+# The docs site in its own venv (pinned in tools/docs-requirements.txt, kept
+# apart from the frameworks' dependencies): warnings, broken links and
+# missing files fail the build (not --quiet: it hides warnings from --strict).
+# The API reference is read from the sources.
+docs_status=0
+docs_venv="$ROOT/.venv-docs"
+[[ -x "$docs_venv/bin/python" ]] || python3 -m venv "$docs_venv"
+if "$docs_venv/bin/python" -m pip install -q --disable-pip-version-check -r tools/docs-requirements.txt; then
+  NO_MKDOCS_2_WARNING=1 "$docs_venv/bin/mkdocs" build --strict --site-dir build/site || docs_status=1
+else
+  docs_status=1
+fi
+
 echo "== C++ unit tests"
 cmake -S packages/hvd-core -B build/cpp-tests -G Ninja -DHVD_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/cpp-tests -j "$JOBS" >/dev/null
@@ -69,7 +83,7 @@ echo "== Python tests"
 # The names of failed tests are repeated as the last lines, where a truncated
 # CI log still shows them.
 cd "$ROOT/build"
-status=$lint_status
+status=$(( lint_status || docs_status ))
 failed="$ROOT/build/failed-tests.txt"
 : >"$failed"
 for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
@@ -80,6 +94,7 @@ for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/h
   grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 done
 (( lint_status == 0 )) || echo "ruff check: lint errors (listed under '== lint' above)" >>"$failed"
+(( docs_status == 0 )) || echo "mkdocs build --strict: docs errors (listed under '== docs' above)" >>"$failed"
 if [[ -s "$failed" ]]; then
   echo "== failed tests"
   cat "$failed"

@@ -4,9 +4,9 @@
 # namespace, also when installed editable from separate source folders.
 """hvd: a drop-in successor to Horovod."""
 
-from pkgutil import extend_path
-
-__path__ = extend_path(__path__, __name__)
+# Spelled this way (not `from pkgutil import extend_path`) so that static readers
+# such as griffe, which builds the API reference, see the namespace too.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 # The Horovod release whose API hvd implements. horovod.__version__ is that
 # release with hvd's own version as a PEP 440 local label ("0.28.1+hvd.0.1.0"):

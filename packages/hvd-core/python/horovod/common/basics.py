@@ -18,11 +18,17 @@ __all__ = ["HorovodBasics", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
 
 # Reduction operations; the values equal Horovod's.
 Average = 0
+"""Reduction op: the element-wise mean over the ranks (the default of allreduce)."""
 Sum = 1
+"""Reduction op: the element-wise sum over the ranks."""
 Adasum = 2
+"""Reduction op: adaptive summation of the ranks' gradients (docs/adasum.md)."""
 Min = 3
+"""Reduction op: the element-wise minimum over the ranks."""
 Max = 4
+"""Reduction op: the element-wise maximum over the ranks."""
 Product = 5
+"""Reduction op: the element-wise product over the ranks."""
 
 _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
 

@@ -93,6 +93,7 @@ def _communicator_ranks(comm):
 
 
 global_process_set = ProcessSet([])
+"""The process set of every rank (id 0): what collectives use when given no process_set."""
 global_process_set.process_set_id = 0
 
 

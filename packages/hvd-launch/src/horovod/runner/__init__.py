@@ -5,9 +5,9 @@
 ``horovod`` package.
 """
 
-from pkgutil import extend_path
-
-__path__ = extend_path(__path__, __name__)
+# Spelled this way (not `from pkgutil import extend_path`) so that static readers
+# such as griffe, which builds the API reference, see the namespace too.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 try:
     from importlib.metadata import version as _distribution_version

@@ -86,9 +86,11 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         network_interfaces: Interfaces to use (``network_interface`` is Horovod's spelling).
         executable: Python interpreter for the workers (default: this one).
         prefix_output_with_timestamp: Put the time in front of each output line.
-        min_num_proc, max_num_proc: Make the job elastic (needs hvd-elastic): it keeps
-            running with at least ``min_num_proc`` and at most ``max_num_proc`` ranks as
-            hosts fail or are added (``min_np``/``max_np`` are Horovod's old spellings).
+        min_num_proc: Makes the job elastic (needs hvd-elastic), together with
+            ``max_num_proc``: it keeps running with at least ``min_num_proc`` and at most
+            ``max_num_proc`` ranks as hosts fail or are added (``min_np``/``max_np`` are
+            Horovod's old spellings).
+        max_num_proc: See ``min_num_proc``.
         host_discovery_script: Elastic: an executable printing the usable hosts (``host``
             or ``host:slots`` lines), run every second; without it, ``hosts``/``hostfile``
             are the fixed hosts of a fault-tolerant job.
@@ -103,11 +105,12 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Dict[str, Any]] = 
         ranks of its last round).
 
     Raises:
-        The exception a rank raised (the first rank to fail), with the remote
-        traceback as its ``__cause__`` and the rank named in its notes;
-        RuntimeError when a rank died without returning; KeyboardInterrupt
-        when the launcher was interrupted; BadInputError/LaunchError for bad
-        arguments or hosts that cannot be reached.
+        Exception: The exception a rank raised (the first rank to fail), with the
+            remote traceback as its ``__cause__`` and the rank named in its notes.
+        RuntimeError: A rank died without returning.
+        KeyboardInterrupt: The launcher was interrupted.
+        BadInputError: Bad arguments (a LaunchError).
+        LaunchError: The job could not be started, e.g. hosts that cannot be reached.
     """
     import cloudpickle
 
