@@ -110,9 +110,10 @@ EngineConfig EngineConfig::from_environment() {
   c.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", c.connect_timeout_seconds);
   c.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", !c.allow_shm);
   c.control_over_shm = c.allow_shm && env_bool("HVD_CONTROL_RING", c.control_over_shm);
-  c.inline_allreduce_bytes = static_cast<size_t>(std::clamp<int64_t>(
-      env_int("HVD_INLINE_ALLREDUCE_BYTES", static_cast<int64_t>(c.inline_allreduce_bytes)), 0,
-      static_cast<int64_t>(kMaxInlineBytes)));
+  if (env_is_set("HVD_INLINE_ALLREDUCE_BYTES")) {
+    c.inline_allreduce_bytes = static_cast<size_t>(
+        std::clamp<int64_t>(env_int("HVD_INLINE_ALLREDUCE_BYTES", 0), 0, static_cast<int64_t>(kMaxInlineBytes)));
+  }
   c.hierarchical = env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", c.hierarchical);
   c.hierarchical_allgather = env_bool("HOROVOD_HIERARCHICAL_ALLGATHER", c.hierarchical_allgather);
   // For CUDA tensors only when asked for (Horovod's default is off): NCCL's

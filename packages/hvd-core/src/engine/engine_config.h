@@ -50,9 +50,14 @@ struct EngineConfig {
   // internal switch for A/B measurements). Member 0 decides for its set.
   bool control_over_shm = true;
   // Host allreduces of at most this many bytes carry their input with the
-  // request (see RequestMeta::inline_data); HVD_INLINE_ALLREDUCE_BYTES, up
-  // to kMaxInlineBytes, 0 turns it off (an internal switch for A/B runs).
-  size_t inline_allreduce_bytes = 4096;
+  // request (see RequestMeta::inline_data). Unset: kMaxInlineBytes in process
+  // sets that span hosts, where it saves network hops, and 0 within one host,
+  // where the shared-memory collective costs little and keeps the ranks in
+  // step (an allreduce returns on every rank at about the same time, which
+  // programs use as a barrier). HVD_INLINE_ALLREDUCE_BYTES (up to
+  // kMaxInlineBytes) forces a limit everywhere: an internal switch for tests
+  // and A/B runs.
+  std::optional<size_t> inline_allreduce_bytes;
   bool hierarchical = true;             // HOROVOD_HIERARCHICAL_ALLREDUCE
   bool hierarchical_allgather = true;   // HOROVOD_HIERARCHICAL_ALLGATHER
   bool use_mpi = false;                 // HOROVOD_CPU_OPERATIONS=mpi (gloo: hvd's own transports)

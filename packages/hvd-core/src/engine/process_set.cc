@@ -113,6 +113,9 @@ void ProcessSetRuntime::start() {
                            cfg.peer_timeout_seconds);
   }
   connect_rings();
+  bool spans_hosts = false;
+  for (int r : ranks_) spans_hosts = spans_hosts || context_.hosts[static_cast<size_t>(r)] != options.hosts[0];
+  if (size() > 1) inline_limit_ = cfg.inline_allreduce_bytes.value_or(spans_hosts ? kMaxInlineBytes : 0);
   thread_ = std::thread([this] { loop(); });
   if (cfg.background_core >= 0) {
     // From here, not from the thread itself: pinned before init() returns.
@@ -402,7 +405,7 @@ void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
     taken.swap(queue_);
     queue_nonempty_.store(false);
   }
-  const size_t inline_limit = size() > 1 ? context_.config.inline_allreduce_bytes : 0;
+  const size_t inline_limit = inline_limit_;
   for (hvd_handle* h : taken) {
     for (size_t i = 0; i < h->tensors.size(); ++i) {
       const TensorSlot& slot = h->tensors[i];

@@ -137,6 +137,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE: the global set's coordinator only
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
+  size_t inline_limit_ = 0;  // largest allreduce whose input rides with its request (see EngineConfig)
   std::unordered_map<std::string, LocalTensor> in_flight_;
   hvd_handle* join_handle_ = nullptr;
   std::vector<std::string> blocked_;  // sorted names, as refresh_blocked() found them last

@@ -10,10 +10,12 @@ import ranks
 SIZES = [1, 2, 3, 4]
 
 
-# Small host allreduces carry their inputs to the coordinator, which reduces
-# them (HVD_INLINE_ALLREDUCE_BYTES, default 4096); 0 sends every one through
-# the transport. Both must give the reference results.
-PATHS = {"inline_when_small": {}, "transport_only": {"HVD_INLINE_ALLREDUCE_BYTES": "0"}}
+# Small host allreduces can carry their inputs to the coordinator, which
+# reduces them (by default only in sets that span hosts; forced here with
+# HVD_INLINE_ALLREDUCE_BYTES), or go through the transport. Both must give
+# the reference results.
+PATHS = {"inline_when_small": {"HVD_INLINE_ALLREDUCE_BYTES": "4096"},
+         "transport_only": {"HVD_INLINE_ALLREDUCE_BYTES": "0"}}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
