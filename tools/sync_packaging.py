@@ -47,7 +47,8 @@ def expected_pyproject(text, ver):
     text = re.sub(r'(?m)^version = "[^"]*"$', 'version = "%s"' % ver, text, count=1)
     spec = minor_range(ver)
     for name in SIBLINGS:
-        text = re.sub(r'"%s(?:[<>=!~,.\d ]*)"' % re.escape(name), '"%s%s"' % (name, spec), text)
+        # Only list items (indented lines), never `name = "..."`.
+        text = re.sub(r'(?m)^(\s+)"%s(?:[<>=!~,.\d ]*)"' % re.escape(name), r'\g<1>"%s%s"' % (name, spec), text)
     return text
 
 
