@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 
-OLDEST_TENSORFLOW = (2, 16)
+OLDEST_TENSORFLOW = (2, 17)
 
 
 def _installed_tensorflow():
