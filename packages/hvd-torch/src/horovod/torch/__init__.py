@@ -3,12 +3,9 @@
 # training helpers (DistributedOptimizer, broadcast_parameters, ...).
 """Horovod's PyTorch API, as `import horovod.torch as hvd`."""
 
-try:
-    import torch  # noqa: F401
-except ImportError as e:  # torch is not a declared dependency (see pyproject.toml)
-    raise ImportError("horovod.torch needs PyTorch: install the torch build for your platform first "
-                      "(https://pytorch.org/get-started/locally/), then hvd-torch") from e
-
+# Refuses a missing or too old torch with a message saying what to install.
+from horovod.torch._torch_version import OLDEST_TORCH  # noqa: F401
+import torch
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
