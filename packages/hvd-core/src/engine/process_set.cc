@@ -46,6 +46,11 @@ constexpr auto kBlockedCheck = std::chrono::milliseconds(50);
 // follow as the reader makes room. Small, because a host with many ranks has
 // one ring per worker in a /dev/shm that may hold only 64 MiB.
 constexpr size_t kControlRingBytes = 64 * 1024;
+// The most one inline allreduce makes the coordinator receive (every
+// member's input): the per-tensor limit shrinks with the set's size, 4 KiB up
+// to 16 members, 64 bytes at 1,024, so rank 0's link never carries what a
+// collective would have spread over every link.
+constexpr size_t kInlineBytesIntoCoordinator = 64 * 1024;
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -115,7 +120,10 @@ void ProcessSetRuntime::start() {
   connect_rings();
   bool spans_hosts = false;
   for (int r : ranks_) spans_hosts = spans_hosts || context_.hosts[static_cast<size_t>(r)] != options.hosts[0];
-  if (size() > 1) inline_limit_ = cfg.inline_allreduce_bytes.value_or(spans_hosts ? kMaxInlineBytes : 0);
+  if (size() > 1) {
+    const size_t scaled = std::min(kMaxInlineBytes, kInlineBytesIntoCoordinator / static_cast<size_t>(size()));
+    inline_limit_ = cfg.inline_allreduce_bytes.value_or(spans_hosts ? scaled : 0);
+  }
   thread_ = std::thread([this] { loop(); });
   if (cfg.background_core >= 0) {
     // From here, not from the thread itself: pinned before init() returns.
