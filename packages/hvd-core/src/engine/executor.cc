@@ -412,7 +412,7 @@ void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& loc
   const void* in = slot.input;
   const size_t total = static_cast<size_t>(rows * row);
   if (r.prescale != 1.0) {
-    // Reducescatter is never fused, so the fusion buffer is free for the scaled input.
+    // A response of one tensor: the fusion buffer is free for the scaled input.
     void* scaled = plane.fusion_buffer(total * dtype_size(r.dtype));
     const CopySpec prescaled{scaled, in, total};
     plane.copy_scaled(&prescaled, 1, r.dtype, r.prescale);

@@ -74,21 +74,22 @@ def test_fused_reducescatters_of_uneven_tensors_are_exact(np_, knobs):
         assert failures == []
 
 
-def test_grouped_reducescatter_runs_as_one_fused_collective(tmp_path):
+def _tensors_packed_into_the_fusion_buffer(tmp_path, program):
+    """Runs `program` at 2 ranks with a timeline; the tensors rank 0 packed."""
     timeline = tmp_path / "timeline.json"
-    ranks.run_program_ok(2, "collectives:fused_reducescatter_of_many_tensors", env={"HOROVOD_TIMELINE": str(timeline)})
+    ranks.run_program_ok(2, program, env={"HOROVOD_TIMELINE": str(timeline)})
     events = json.loads(timeline.read_text())
     rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-    packed = {rows[e["pid"]] for e in events if e.get("name") == "MEMCPY_IN_FUSION_BUFFER"}
+    return {rows[e["pid"]] for e in events if e.get("name") == "MEMCPY_IN_FUSION_BUFFER"}
+
+
+def test_grouped_reducescatter_runs_as_one_fused_collective(tmp_path):
+    packed = _tensors_packed_into_the_fusion_buffer(tmp_path, "collectives:fused_reducescatter_of_many_tensors")
     assert {"grouped_reducescatter.rs.0_%d" % i for i in range(5)} <= packed, sorted(packed)
 
 
 def test_grouped_allgather_runs_as_one_fused_collective(tmp_path):
-    timeline = tmp_path / "timeline.json"
-    ranks.run_program_ok(2, "collectives:fused_allgather_of_many_tensors", env={"HOROVOD_TIMELINE": str(timeline)})
-    events = json.loads(timeline.read_text())
-    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-    packed = {rows[e["pid"]] for e in events if e.get("name") == "MEMCPY_IN_FUSION_BUFFER"}
+    packed = _tensors_packed_into_the_fusion_buffer(tmp_path, "collectives:fused_allgather_of_many_tensors")
     assert {"grouped_allgather.fused.0_%d" % i for i in range(6)} <= packed, sorted(packed)
 
 
