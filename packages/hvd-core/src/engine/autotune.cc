@@ -49,12 +49,7 @@ TunedSettings from_unit(const std::array<double, 2>& p, bool cache_enabled) {
 int64_t executed_bytes(const std::vector<Response>& responses) {
   int64_t total = 0;
   for (const auto& r : responses) {
-    if (r.kind != Response::Kind::kExecute) continue;
-    for (const auto& shape : r.shapes) {
-      int64_t n = static_cast<int64_t>(dtype_size(r.dtype));
-      for (auto d : shape) n *= d;
-      total += n;
-    }
+    if (r.kind == Response::Kind::kExecute) total += response_bytes(r);
   }
   return total;
 }

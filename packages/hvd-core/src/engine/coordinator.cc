@@ -356,15 +356,6 @@ void Coordinator::retune(int64_t fusion_threshold_bytes, double cycle_time_secon
   cache_.set_enabled(cache_enabled);
 }
 
-int64_t Coordinator::response_bytes(const Response& r) const {
-  int64_t total = 0;
-  for (const auto& shape : r.shapes) {
-    int64_t n = static_cast<int64_t>(dtype_size(r.dtype));
-    for (auto d : shape) n *= d;
-    total += n;
-  }
-  return total;
-}
 
 // Allgather: the bytes everyone gathers, every member's rows.
 static int64_t gathered_bytes(const Response& r) {

@@ -95,7 +95,6 @@ class Coordinator {
   std::string validate(const std::string& name, const Pending& pending, std::vector<int>* at_fault) const;
   std::vector<Response> fuse(std::vector<Response> singles) const;
   std::string rank_list(const std::vector<int>& members) const;
-  int64_t response_bytes(const Response& r) const;
 
   CoordinatorConfig config_;
   Timeline* timeline_;

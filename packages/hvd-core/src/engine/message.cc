@@ -120,6 +120,16 @@ class Reader {
 
 }  // namespace
 
+int64_t response_bytes(const Response& r) {
+  int64_t total = 0;
+  for (const auto& shape : r.shapes) {
+    int64_t n = static_cast<int64_t>(dtype_size(r.dtype));
+    for (auto d : shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
 ReduceOp transport_op(int32_t op) {
   switch (op) {
     case HVD_OP_MIN: return ReduceOp::kMin;

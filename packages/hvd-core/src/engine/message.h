@@ -96,6 +96,10 @@ struct Response {
   std::string inline_result;
 };
 
+// Bytes of the tensors a response names, at their agreed shapes (for an
+// allgather: rank 0's rows only).
+int64_t response_bytes(const Response& r);
+
 // The reduction a transport runs for an hvd_reduce_op (Average: Sum, then
 // the executor scales).
 ReduceOp transport_op(int32_t op);

@@ -203,17 +203,17 @@ void ProcessSetRuntime::connect_rings() {
   MessageType type;
   std::string payload;
   if (member_ == 0) {
-    std::vector<std::string> names(ranks_.size()), nonces(ranks_.size());
+    std::vector<std::string> names(ranks_.size());
     std::vector<std::unique_ptr<ShmRing>> rings(ranks_.size());
     for (size_t m = 1; m < ranks_.size(); ++m) {
       std::string offer;
       if (cfg.control_over_shm && context_.hosts[static_cast<size_t>(ranks_[m])] ==
                                       context_.hosts[static_cast<size_t>(context_.global_rank)]) {
         names[m] = ShmRing::name_for(key_ + "/ctrl/" + std::to_string(m));
-        nonces[m] = random_hex(16);
+        const std::string nonce = random_hex(16);
         try {
-          rings[m] = ShmRing::create(names[m], kControlRingBytes, nonces[m]);
-          offer = nonces[m] + names[m];
+          rings[m] = ShmRing::create(names[m], kControlRingBytes, nonce);
+          offer = nonce + names[m];
         } catch (const Error& e) {
           HVD_LOG(kDebug, "process set " << id_ << ": no control ring for member " << m << ": " << e.what());
         }
