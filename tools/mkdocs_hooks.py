@@ -10,6 +10,10 @@
   (`packages/...`, `tools/...`, `examples/...`, `docs/...`), and such paths
   named in running text ("see docs/elastic.md"). A missing one is a
   warning, which `mkdocs build --strict` turns into a failed build.
+- Rewrites relative links that leave docs/ (`../tools/soak.py`), which work
+  when the Markdown is read in the repository but would point nowhere on the
+  built site, to the file's page under `repo_url` (mkdocs.yml), the same
+  address the packages' metadata names as their source.
 """
 
 import ast
@@ -146,6 +150,7 @@ def on_files(files, config):
 
 
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+_LINK_TARGET = re.compile(r"(\]\()([^)\s#]+)")
 _CODE_PATH = re.compile(r"`((?:\.\./)?(?:packages|tools|examples|docs|\.ci)/[\w./+-]*[\w/])`")
 # Paths named in running text ("see docs/elastic.md"), not part of a longer path.
 _TEXT_PATH = re.compile(r"(?<![\w./-])((?:packages|tools|examples|docs)/[\w./+-]*"
@@ -159,6 +164,7 @@ def on_page_markdown(markdown, page, config, files):
     docs_dir = pathlib.Path(config["docs_dir"]).resolve()
     page_dir = (docs_dir / page.file.src_uri).parent
     text = _FENCE.sub("", markdown)
+    outside = {}  # link target leaving docs/ -> its address in the repository's source view
     for target in _LINK.findall(text):
         if re.match(r"^[a-z]+:", target) or target.startswith("/"):
             continue
@@ -168,10 +174,18 @@ def on_page_markdown(markdown, page, config, files):
                 log.warning("%s links to %s, which is not a page of the docs", page.file.src_uri, target)
         elif not path.exists():
             log.warning("%s links to %s, which does not exist in the repository", page.file.src_uri, target)
+        elif not config.get("repo_url"):
+            log.warning("%s links to %s outside docs/: set repo_url in mkdocs.yml", page.file.src_uri, target)
+        elif ROOT in path.parents:
+            kind = "tree" if path.is_dir() else "blob"
+            outside[target] = "%s/%s/main/%s" % (config["repo_url"].rstrip("/"), kind,
+                                                 path.relative_to(ROOT).as_posix())
     for ref in set(_CODE_PATH.findall(text)) | set(_TEXT_PATH.findall(text)):
         if "*" in ref or "<" in ref:
             continue
         path = (page_dir / ref).resolve() if ref.startswith("../") else ROOT / ref
         if not path.exists():
             log.warning("%s names `%s`, which does not exist in the repository", page.file.src_uri, ref)
+    if outside:
+        markdown = _LINK_TARGET.sub(lambda m: m.group(1) + outside.get(m.group(2), m.group(2)), markdown)
     return markdown

@@ -12,6 +12,13 @@ import horovod.torch as hvd
 # Ranks share two cores: intra-op threads would only contend.
 torch.set_num_threads(1)
 
+# allgather's output has a data-dependent first dimension. Newer Dynamo allows
+# that under fullgraph=True by itself; torch 2.4 (the oldest hvd-torch
+# supports) needs the switch docs/torch.md tells users of older torch to set.
+# 2.4 and 2.13 are the versions tested; the releases in between are not.
+if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13):
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+
 
 def step(x, w):
     """Reduces, gathers and broadcasts inside one graph, as a training step would."""
