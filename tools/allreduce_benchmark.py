@@ -2,8 +2,9 @@
 # allreduce_benchmark.py - latency and bus bandwidth of a float32 allreduce for
 # the hvd numpy path, with torch.distributed (gloo) and mpi4py (Open MPI)
 # measured in the same run as references, so that the comparison is made on
-# the same machine under the same background load.
-"""Allreduce benchmark: hvd numpy path vs torch.distributed gloo vs mpi4py.
+# the same machine under the same background load. --collective allgather and
+# --collective broadcast time those collectives the same way.
+"""Allreduce (or allgather, broadcast) benchmark: hvd numpy path vs torch.distributed gloo vs mpi4py.
 
 Usage (one host):
 
@@ -11,6 +12,7 @@ Usage (one host):
     python tools/allreduce_benchmark.py --np 2 --max-size 1M --backends hvd,mpi
     python tools/allreduce_benchmark.py --quick              # smoke test, small sizes only
     python tools/allreduce_benchmark.py --backends hvd,hvd-mpi,mpi   # also hvd over MPI
+    python tools/allreduce_benchmark.py --collective allgather --np 2 --backends hvd,mpi
 
 Each backend runs in its own set of P fresh processes (one per rank); the
 parent only launches them and collects their timings, so no backend's state
@@ -25,6 +27,13 @@ Reported per size:
            each rank's link would need for a ring allreduce (the nccl-tests
            convention), in GB/s (1e9 bytes/s);
   hvd/mpi, hvd/gloo  ratio of bus bandwidths (> 1 means hvd is faster).
+
+--collective allgather: size is the gathered output (each rank contributes
+size/P), busbw = algbw * (P-1)/P; hvd calls horovod.common.allgather (which
+returns a new array), mpi4py Allgather and gloo all_gather_into_tensor into
+preallocated outputs. --collective broadcast: from rank 0, busbw = algbw; hvd
+calls broadcast_ (in place; "copy" is the out-of-place broadcast), mpi4py
+Bcast, gloo broadcast. Every result is checked once per size, untimed.
 """
 
 import argparse
@@ -124,12 +133,57 @@ def _agreed_iters(warm_times, planned, spec, agree_sum, nproc):
     return max(1, min(planned, int(agree_sum(float(n)) / nproc)))
 
 
-def _check(buf, expected, backend, size):
-    # A benchmark that reduces the wrong thing is worthless; checking once per
-    # size (outside the timed loop) costs nothing measurable.
-    if not (buf[:1] == expected).all() or not (buf[-1:] == expected).all():
-        raise SystemExit("%s: wrong allreduce result at %d B: got %r, expected %r"
-                         % (backend, size, float(buf[0]), expected))
+class Case:
+    """One size of one collective on one backend, as a worker times it.
+
+    `check` makes one call, fails the run on a wrong result and leaves the
+    buffers as the timed calls want them; `call` is what is timed; `copy_call`
+    (hvd only) is the out-of-place variant, timed at small sizes, where its
+    output allocation is not lost in the data movement.
+    """
+
+    def __init__(self, check, call, copy_call=None):
+        self.check, self.call, self.copy_call = check, call, copy_call
+
+
+# What the root of a broadcast sends; every other rank starts with zeros.
+BROADCAST_ROOT, BROADCAST_VALUE = 0, 7.0
+
+
+def _check(buf, expected, backend, size, collective="allreduce"):
+    """`buf` split into len(expected) equal parts must hold expected[i] in part i.
+
+    A benchmark that moves the wrong thing is worthless; checking the first and
+    last element of every part once per size (outside the timed loop) costs
+    nothing measurable and catches a wrong order, a short copy or a missed rank.
+    """
+    part = len(buf) // len(expected)
+    for i, want in enumerate(expected):
+        got = buf[i * part:(i + 1) * part]
+        if not (got[:1] == want).all() or not (got[-1:] == want).all():
+            where = " (the part from rank %d)" % i if len(expected) > 1 else ""
+            raise SystemExit("%s: wrong %s result at %d B%s: got %r, expected %r"
+                             % (backend, collective, size, where, float(got[0]), want))
+
+
+def _allgather_inputs(size, rank, nproc):
+    """Elements per rank (size is the gathered total) and what rank r contributes (r + 1)."""
+    return size // 4 // nproc, [float(r + 1) for r in range(nproc)]
+
+
+def _run_cases(spec, make_case, agree_sum, nproc):
+    """Times every size of spec["plan"]; returns (results, copy_results)."""
+    results, copy_results = {}, {}
+    for size, planned in spec["plan"]:
+        case = make_case(size)
+        case.check()
+        iters = _agreed_iters(_time_loop(case.call, warmup_for(planned)), planned, spec, agree_sum, nproc)
+        results[size] = _time_loop(case.call, iters)
+        if case.copy_call is not None and size <= spec["copy_max_size"]:
+            _time_loop(case.copy_call, warmup_for(iters))
+            copy_results[size] = _time_loop(case.copy_call, iters)
+        case = None  # frees this size's arrays before the next one is allocated
+    return results, copy_results
 
 
 def worker_hvd(spec):
@@ -138,29 +192,47 @@ def worker_hvd(spec):
 
     hvd.init()
     rank, size_p = hvd.rank(), hvd.size()
-    results = {}
-    copy_results = {}
+    collective = spec["collective"]
 
     def agree_sum(x):
         return float(hvd.allreduce(np.array([x]), op=hvd.Sum, name="bench.agree")[0])
 
-    for size, planned in spec["plan"]:
-        buf = np.ones(size // 4, dtype=np.float32)
-        name = "bench.%d" % size  # one name per size: steady state hits the response cache
-        hvd.allreduce_(buf, op=hvd.Sum, name=name)
-        _check(buf, float(size_p), "hvd", size)
-        # Zeros stay zeros under repeated in-place sums: no overflow to inf and no
-        # denormals, either of which could change the arithmetic speed.
-        buf[:] = 0
-        call = lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)  # noqa: E731
-        iters = _agreed_iters(_time_loop(call, warmup_for(planned)), planned, spec, agree_sum, size_p)
-        results[size] = _time_loop(call, iters)
-        if size <= spec["copy_max_size"]:
-            cname = "bench.copy.%d" % size
-            ccall = lambda: hvd.allreduce(buf, op=hvd.Sum, name=cname)  # noqa: E731
-            _time_loop(ccall, warmup_for(iters))
-            copy_results[size] = _time_loop(ccall, iters)
-        buf = None  # frees this size's array before the next one is allocated
+    def make_case(size):
+        if collective == "allreduce":
+            buf = np.ones(size // 4, dtype=np.float32)
+            name = "bench.%d" % size  # one name per size: steady state hits the response cache
+
+            def check():
+                hvd.allreduce_(buf, op=hvd.Sum, name=name)
+                _check(buf, [float(size_p)], "hvd", size)
+                # Zeros stay zeros under repeated in-place sums: no overflow to inf and
+                # no denormals, either of which could change the arithmetic speed.
+                buf[:] = 0
+
+            return Case(check, lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name),
+                        lambda: hvd.allreduce(buf, op=hvd.Sum, name="bench.copy.%d" % size))
+        if collective == "allgather":
+            count, expected = _allgather_inputs(size, rank, size_p)
+            inp = np.full(count, expected[rank], dtype=np.float32)
+            name = "bench.allgather.%d" % size
+            # horovod.common.allgather has no output argument: every call returns
+            # a new array, and that allocation is part of what is timed.
+            return Case(lambda: _check(hvd.allgather(inp, name=name), expected, "hvd", size, collective),
+                        lambda: hvd.allgather(inp, name=name))
+        buf = np.full(size // 4, BROADCAST_VALUE if rank == BROADCAST_ROOT else 0.0, dtype=np.float32)
+        name = "bench.broadcast.%d" % size
+
+        def check():
+            hvd.broadcast_(buf, BROADCAST_ROOT, name=name)
+            _check(buf, [BROADCAST_VALUE], "hvd", size, collective)
+            out = hvd.broadcast(np.zeros_like(buf) if rank != BROADCAST_ROOT else buf, BROADCAST_ROOT,
+                                name=name + ".copy")
+            _check(out, [BROADCAST_VALUE], "hvd (out of place)", size, collective)
+
+        return Case(check, lambda: hvd.broadcast_(buf, BROADCAST_ROOT, name=name),
+                    lambda: hvd.broadcast(buf, BROADCAST_ROOT, name=name + ".copy"))
+
+    results, copy_results = _run_cases(spec, make_case, agree_sum, size_p)
     hvd.shutdown()
     return rank, {"results": results, "copy_results": copy_results}
 
@@ -171,22 +243,44 @@ def worker_gloo(spec):
 
     dist.init_process_group("gloo")
     rank, size_p = dist.get_rank(), dist.get_world_size()
-    results = {}
+    collective = spec["collective"]
 
     def agree_sum(x):
         t = torch.tensor([x], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return float(t[0])
 
-    for size, planned in spec["plan"]:
-        buf = torch.ones(size // 4, dtype=torch.float32)
-        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
-        _check(buf.numpy(), float(size_p), "gloo", size)
-        buf.zero_()
-        call = lambda: dist.all_reduce(buf, op=dist.ReduceOp.SUM)  # noqa: E731
-        iters = _agreed_iters(_time_loop(call, warmup_for(planned)), planned, spec, agree_sum, size_p)
-        results[size] = _time_loop(call, iters)
-        buf = None  # frees this size's array before the next one is allocated
+    def make_case(size):
+        if collective == "allreduce":
+            buf = torch.ones(size // 4, dtype=torch.float32)
+
+            def check():
+                dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+                _check(buf.numpy(), [float(size_p)], "gloo", size)
+                buf.zero_()
+
+            return Case(check, lambda: dist.all_reduce(buf, op=dist.ReduceOp.SUM))
+        if collective == "allgather":
+            count, expected = _allgather_inputs(size, rank, size_p)
+            inp = torch.full((count,), expected[rank], dtype=torch.float32)
+            out = torch.empty(count * size_p, dtype=torch.float32)
+            call = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
+
+            def check():
+                call()
+                _check(out.numpy(), expected, "gloo", size, collective)
+
+            return Case(check, call)
+        buf = torch.full((size // 4,), BROADCAST_VALUE if rank == BROADCAST_ROOT else 0.0, dtype=torch.float32)
+        call = lambda: dist.broadcast(buf, src=BROADCAST_ROOT)  # noqa: E731
+
+        def check():
+            call()
+            _check(buf.numpy(), [BROADCAST_VALUE], "gloo", size, collective)
+
+        return Case(check, call)
+
+    results, _ = _run_cases(spec, make_case, agree_sum, size_p)
     dist.destroy_process_group()
     return rank, {"results": results}
 
@@ -197,20 +291,42 @@ def worker_mpi(spec):
 
     comm = MPI.COMM_WORLD
     rank, size_p = comm.Get_rank(), comm.Get_size()
-    results = {}
+    collective = spec["collective"]
 
     def agree_sum(x):
         return comm.allreduce(x, op=MPI.SUM)
 
-    for size, planned in spec["plan"]:
-        buf = np.ones(size // 4, dtype=np.float32)
-        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        _check(buf, float(size_p), "mpi", size)
-        buf[:] = 0
-        call = lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # noqa: E731
-        iters = _agreed_iters(_time_loop(call, warmup_for(planned)), planned, spec, agree_sum, size_p)
-        results[size] = _time_loop(call, iters)
-        buf = None  # frees this size's array before the next one is allocated
+    def make_case(size):
+        if collective == "allreduce":
+            buf = np.ones(size // 4, dtype=np.float32)
+
+            def check():
+                comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+                _check(buf, [float(size_p)], "mpi", size)
+                buf[:] = 0
+
+            return Case(check, lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM))
+        if collective == "allgather":
+            count, expected = _allgather_inputs(size, rank, size_p)
+            inp = np.full(count, expected[rank], dtype=np.float32)
+            out = np.empty(count * size_p, dtype=np.float32)
+            call = lambda: comm.Allgather(inp, out)  # noqa: E731
+
+            def check():
+                call()
+                _check(out, expected, "mpi", size, collective)
+
+            return Case(check, call)
+        buf = np.full(size // 4, BROADCAST_VALUE if rank == BROADCAST_ROOT else 0.0, dtype=np.float32)
+        call = lambda: comm.Bcast(buf, root=BROADCAST_ROOT)  # noqa: E731
+
+        def check():
+            call()
+            _check(buf, [BROADCAST_VALUE], "mpi", size, collective)
+
+        return Case(check, call)
+
+    results, _ = _run_cases(spec, make_case, agree_sum, size_p)
     return rank, {"results": results}
 
 
@@ -412,7 +528,7 @@ def run_backend(backend, nproc, plan, opts):
     with tempfile.TemporaryDirectory(prefix="hvd-ar-bench-") as tmp:
         spec_path = os.path.join(tmp, "spec.json")
         with open(spec_path, "w") as f:
-            json.dump({"plan": plan, "copy_max_size": COPY_MAX_SIZE,
+            json.dump({"plan": plan, "copy_max_size": COPY_MAX_SIZE, "collective": opts.collective,
                        "time_per_size": opts.time_per_size, "min_iters": opts.min_iters}, f)
         t0 = time.monotonic()
         ok, log = launch(backend, nproc, spec_path, tmp, opts.timeout)
@@ -448,7 +564,7 @@ def slowest_per_iteration(payloads, key="results"):
     return per_size
 
 
-def summarize(runs, nproc):
+def summarize(runs, nproc, collective="allreduce"):
     """Combines repeated runs of one backend: {key: {size: stats}}.
 
     Each run's median per size, then the median over runs: a background burst
@@ -466,13 +582,38 @@ def summarize(runs, nproc):
             med = statistics.median(meds)
             stats[size] = {"median_s": med, "run_medians_s": meds,
                            "iters": [len(r[key][size]) for r in runs if size in r.get(key, {})],
-                           "busbw_GBps": busbw(size, med, nproc)}
+                           "busbw_GBps": busbw(size, med, nproc, collective)}
         out[key] = stats
     return out
 
 
-def busbw(size, seconds, nproc):
-    return size / seconds * 2 * (nproc - 1) / nproc / 1e9
+# Bus bandwidth = algbw * this factor (the nccl-tests convention): the bytes each
+# rank's link carries per byte of `size` with the best algorithm (a ring for
+# allreduce and allgather, a pipelined chain for broadcast).
+BUSBW_FACTOR = {
+    "allreduce": lambda p: 2 * (p - 1) / p,  # size = the reduced tensor
+    "allgather": lambda p: (p - 1) / p,  # size = the gathered output (P parts of size/P)
+    "broadcast": lambda p: 1.0,  # size = the broadcast tensor
+}
+BUSBW_TEXT = {"allreduce": "2(P-1)/P", "allgather": "(P-1)/P", "broadcast": "1"}
+
+
+def busbw(size, seconds, nproc, collective="allreduce"):
+    return size / seconds * BUSBW_FACTOR[collective](nproc) / 1e9
+
+
+def sizes_for(collective, sizes, nproc):
+    """The sizes one collective is timed at. An allgather's size is its output, made
+    of P equal parts of whole float32s: each size is rounded down to a multiple of
+    4P bytes, and sizes below one float32 per rank are left out."""
+    if collective != "allgather":
+        return list(sizes)
+    out = []
+    for s in sizes:
+        s -= s % (4 * nproc)
+        if s and s not in out:
+            out.append(s)
+    return out
 
 
 def _indent(text):
@@ -482,13 +623,15 @@ def _indent(text):
 # --------------------------------------------------------------------------- reporting
 
 
-def table(nproc, sizes, res, markdown):
+def table(nproc, sizes, res, markdown, collective="allreduce"):
     """Rows of the per-P table; `res` maps backend -> run_backend() output (or None)."""
     have = [b for b in BACKENDS if res.get(b)]
+    # hvd's allgather is out of place already: there is no second variant to show.
+    copy_col = collective != "allgather"
     head = ["size"]
     for b in have:
         head += ["%s us" % b, "%s GB/s" % b]
-        if b == "hvd":
+        if b == "hvd" and copy_col:
             head.insert(len(head) - 1, "hvd copy us")
     if "hvd" in have and "mpi" in have:
         head.append("hvd/mpi")
@@ -501,11 +644,11 @@ def table(nproc, sizes, res, markdown):
         for b in have:
             st = res[b]["results"].get(s)
             if st is None:
-                row += ["-", "-"] + (["-"] if b == "hvd" else [])
+                row += ["-", "-"] + (["-"] if b == "hvd" and copy_col else [])
                 continue
             bw[b] = st["busbw_GBps"]
             row.append("%.1f" % (st["median_s"] * 1e6))
-            if b == "hvd":
+            if b == "hvd" and copy_col:
                 cp = res[b].get("copy_results", {}).get(s)
                 row.append("%.1f" % (cp["median_s"] * 1e6) if cp else "")
             row.append("%.3f" % st["busbw_GBps"])
@@ -580,6 +723,9 @@ def main(argv=None):
     ap.add_argument("--backends", default="hvd,gloo,mpi",
                     help="comma-separated subset of hvd,hvd-mpi,gloo,mpi (hvd-mpi: hvd's engine with "
                          "HOROVOD_CPU_OPERATIONS=mpi under mpirun)")
+    ap.add_argument("--collective", choices=tuple(BUSBW_FACTOR), default="allreduce",
+                    help="what to time (default allreduce). allgather: size is the gathered output, each "
+                         "rank contributes size/P; broadcast: from rank 0, size is the tensor")
     ap.add_argument("--quick", action="store_true", help="small sizes and fewer iterations (smoke test)")
     ap.add_argument("--iters-scale", type=float, default=1.0, help="multiply every iteration count by this")
     ap.add_argument("--repeat", type=int, default=1,
@@ -607,17 +753,22 @@ def main(argv=None):
         args.time_per_size = min(args.time_per_size, 0.3)
     min_size = parse_size(args.min_size)
     sizes = [s for s in sizes_up_to(max_size, args.step) if s >= min_size]
-    plan = [(s, iterations_for(s, scale)) for s in sizes]
+    plan = [(s, iterations_for(s, scale)) for s in sizes]  # allgather: per P, see sizes_for
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     for b in wanted:
         if b not in BACKENDS:
             ap.error("unknown backend %r (choose from %s)" % (b, ", ".join(BACKENDS)))
 
-    print("allreduce benchmark: float32, in place, sum; %s" % machine_line())
+    what = {"allreduce": "in place, sum",
+            "allgather": "size = gathered output (size/P from each rank); hvd: allgather (returns a new "
+                         "array), mpi: Allgather, gloo: all_gather_into_tensor",
+            "broadcast": "from rank 0; hvd: broadcast_ (in place; copy = broadcast), mpi: Bcast, "
+                         "gloo: broadcast"}[args.collective]
+    print("%s benchmark: float32, %s; %s" % (args.collective, what, machine_line()))
     print("sizes %s .. %s, at most %d .. %d iterations and about %.1f s per size, %d run(s) per backend; "
           "latency = median of the slowest rank's per-iteration time (median over runs); "
-          "busbw = algbw * 2(P-1)/P" % (fmt_size(sizes[0]), fmt_size(sizes[-1]), plan[-1][1], plan[0][1],
-                                        args.time_per_size, args.repeat))
+          "busbw = algbw * %s" % (fmt_size(sizes[0]), fmt_size(sizes[-1]), plan[-1][1], plan[0][1],
+                                  args.time_per_size, args.repeat, BUSBW_TEXT[args.collective]))
     available = []
     for b in wanted:
         why = backend_available(b)
@@ -631,28 +782,31 @@ def main(argv=None):
     print("backends: " + "; ".join("%s = %s" % (b, library_version(b)) for b in available), flush=True)
 
     all_results = {"machine": machine_line(), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-                   "runs": {}}
+                   "collective": args.collective, "runs": {}}
     failed = False
     for nproc in args.np:
+        p_sizes = sizes_for(args.collective, sizes, nproc)
+        p_plan = [(s, iterations_for(s, scale)) for s in p_sizes]
         raw = {b: [] for b in available}
         # Interleaved (hvd, gloo, mpi, hvd, ...) rather than back to back, so a
         # change in background load lands on every backend alike.
         for rep in range(args.repeat):
             for b in available:
                 print("running %s at P=%d (run %d/%d) ..." % (b, nproc, rep + 1, args.repeat), flush=True)
-                r = run_backend(b, nproc, plan, args)
+                r = run_backend(b, nproc, p_plan, args)
                 if r is None:
                     failed = True
                 else:
                     print("  done in %.0f s" % r["wall_s"], flush=True)
                 raw[b].append(r)
-        res = {b: summarize(raw[b], nproc) for b in available}
+        res = {b: summarize(raw[b], nproc, args.collective) for b in available}
         print("\nP=%d%s" % (nproc, " (%d processes on %d CPUs: oversubscribed)" % (nproc, os.cpu_count())
                              if nproc > (os.cpu_count() or nproc) else ""))
-        print(table(nproc, sizes, res, args.markdown))
+        print(table(nproc, p_sizes, res, args.markdown, args.collective))
         print(flush=True)
         all_results["runs"][nproc] = {b: r for b, r in res.items() if r}
-    lines = target_lines(all_results["runs"])
+    # The targets are the allreduce issue's; the other collectives have none yet.
+    lines = target_lines(all_results["runs"]) if args.collective == "allreduce" else []
     if lines:
         print("targets:")
         print("\n".join("  " + line for line in lines))
