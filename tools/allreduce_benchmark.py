@@ -160,10 +160,11 @@ def _check(buf, expected, backend, size, collective="allreduce"):
     part = len(buf) // len(expected)
     for i, want in enumerate(expected):
         got = buf[i * part:(i + 1) * part]
-        if not (got[:1] == want).all() or not (got[-1:] == want).all():
-            where = " (the part from rank %d)" % i if len(expected) > 1 else ""
-            raise SystemExit("%s: wrong %s result at %d B%s: got %r, expected %r"
-                             % (backend, collective, size, where, float(got[0]), want))
+        for label, value in (("first", got[:1]), ("last", got[-1:])):
+            if not (value == want).all():
+                where = " of the part from rank %d" % i if len(expected) > 1 else ""
+                raise SystemExit("%s: wrong %s result at %d B: the %s element%s is %r, expected %r"
+                                 % (backend, collective, size, label, where, float(value[0]), want))
 
 
 def _allgather_inputs(size, rank, nproc):
