@@ -3,7 +3,7 @@
 # hvd.DistributedGradientTape (under horovodrun) against
 # tf.distribute.MultiWorkerMirroredStrategy (two workers on 127.0.0.1), on
 # the same model, the same data and the same number of steps, plus a check
-# that both end where a one-process run on the combined batch ends.
+# that both end where a one-process run averaging the workers' gradients ends.
 #
 #   python tools/tf_training_benchmark.py                # 3 rounds, P=2
 #   python tools/tf_training_benchmark.py --quick        # smoke test
@@ -54,9 +54,9 @@ def parse_args(argv=None):
 # Every role builds the same model with the same starting weights (drawn with
 # numpy from a fixed seed and set explicitly, so no framework's random stream
 # decides them) and trains on the same batches: worker r's batch of step i is
-# batch (r, i % DISTINCT_BATCHES) drawn from numpy with seed r. The reference
-# trains one process on all workers' batches of a step concatenated, which is
-# what averaging the workers' gradients amounts to.
+# batch (r, i % DISTINCT_BATCHES) drawn from numpy with seed 1000 + r. The
+# reference is one process that computes every worker's gradient of a step on
+# that worker's batch and applies their mean.
 
 DISTINCT_BATCHES = 4
 LEARNING_RATE = 0.01
