@@ -26,98 +26,88 @@ constexpr uint32_t kRoundConstants[64] = {
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-// Streaming state so HMAC can hash key pad + message without concatenating.
-class Sha256 {
- public:
-  Sha256() {
-    static constexpr uint32_t kInitial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    std::memcpy(state_, kInitial, sizeof(state_));
-  }
-
-  void update(const void* data, size_t size) {
-    const uint8_t* bytes = static_cast<const uint8_t*>(data);
-    total_bytes_ += size;
-    while (size > 0) {
-      size_t take = 64 - buffered_;
-      if (take > size) take = size;
-      std::memcpy(block_ + buffered_, bytes, take);
-      buffered_ += take;
-      bytes += take;
-      size -= take;
-      if (buffered_ == 64) {
-        compress(block_);
-        buffered_ = 0;
-      }
-    }
-  }
-
-  Digest256 finish() {
-    uint64_t bit_length = total_bytes_ * 8;
-    uint8_t pad = 0x80;
-    update(&pad, 1);
-    uint8_t zero = 0;
-    while (buffered_ != 56) update(&zero, 1);
-    uint8_t length_be[8];
-    for (int i = 0; i < 8; ++i) length_be[i] = static_cast<uint8_t>(bit_length >> (56 - 8 * i));
-    update(length_be, 8);
-    Digest256 out;
-    for (int i = 0; i < 8; ++i) {
-      out[4 * i] = static_cast<uint8_t>(state_[i] >> 24);
-      out[4 * i + 1] = static_cast<uint8_t>(state_[i] >> 16);
-      out[4 * i + 2] = static_cast<uint8_t>(state_[i] >> 8);
-      out[4 * i + 3] = static_cast<uint8_t>(state_[i]);
-    }
-    return out;
-  }
-
- private:
-  void compress(const uint8_t* block) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i) {
-      w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
-             (uint32_t(block[4 * i + 2]) << 8) | uint32_t(block[4 * i + 3]);
-    }
-    for (int i = 16; i < 64; ++i) {
-      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-    uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-    for (int i = 0; i < 64; ++i) {
-      uint32_t big_s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
-      uint32_t choose = (e & f) ^ (~e & g);
-      uint32_t t1 = h + big_s1 + choose + kRoundConstants[i] + w[i];
-      uint32_t big_s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
-      uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
-      uint32_t t2 = big_s0 + majority;
-      h = g;
-      g = f;
-      f = e;
-      e = d + t1;
-      d = c;
-      c = b;
-      b = a;
-      a = t1 + t2;
-    }
-    state_[0] += a;
-    state_[1] += b;
-    state_[2] += c;
-    state_[3] += d;
-    state_[4] += e;
-    state_[5] += f;
-    state_[6] += g;
-    state_[7] += h;
-  }
-
-  uint32_t state_[8];
-  uint8_t block_[64];
-  size_t buffered_ = 0;
-  uint64_t total_bytes_ = 0;
-};
-
 }  // namespace
+
+Sha256::Sha256() {
+  static constexpr uint32_t kInitial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                           0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::memcpy(state_, kInitial, sizeof(state_));
+}
+
+void Sha256::update(const void* data, size_t size) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(data);
+  total_bytes_ += size;
+  if (buffered_ > 0) {
+    size_t take = 64 - buffered_;
+    if (take > size) take = size;
+    std::memcpy(block_ + buffered_, bytes, take);
+    buffered_ += take;
+    bytes += take;
+    size -= take;
+    if (buffered_ < 64) return;
+    compress(block_);
+    buffered_ = 0;
+  }
+  // Whole blocks straight from the input: the data plane MACs megabytes.
+  for (; size >= 64; bytes += 64, size -= 64) compress(bytes);
+  std::memcpy(block_, bytes, size);
+  buffered_ = size;
+}
+
+Digest256 Sha256::finish() {
+  uint64_t bit_length = total_bytes_ * 8;
+  uint8_t tail[72] = {0x80};
+  size_t pad = (buffered_ < 56 ? 56 : 120) - buffered_;
+  for (int i = 0; i < 8; ++i) tail[pad + i] = static_cast<uint8_t>(bit_length >> (56 - 8 * i));
+  update(tail, pad + 8);
+  Digest256 out;
+  for (int i = 0; i < 8; ++i) {
+    out[4 * i] = static_cast<uint8_t>(state_[i] >> 24);
+    out[4 * i + 1] = static_cast<uint8_t>(state_[i] >> 16);
+    out[4 * i + 2] = static_cast<uint8_t>(state_[i] >> 8);
+    out[4 * i + 3] = static_cast<uint8_t>(state_[i]);
+  }
+  return out;
+}
+
+void Sha256::compress(const uint8_t* block) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i) {
+    w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
+           (uint32_t(block[4 * i + 2]) << 8) | uint32_t(block[4 * i + 3]);
+  }
+  for (int i = 16; i < 64; ++i) {
+    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  for (int i = 0; i < 64; ++i) {
+    uint32_t big_s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+    uint32_t choose = (e & f) ^ (~e & g);
+    uint32_t t1 = h + big_s1 + choose + kRoundConstants[i] + w[i];
+    uint32_t big_s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+    uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
+    uint32_t t2 = big_s0 + majority;
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  state_[0] += a;
+  state_[1] += b;
+  state_[2] += c;
+  state_[3] += d;
+  state_[4] += e;
+  state_[5] += f;
+  state_[6] += g;
+  state_[7] += h;
+}
 
 Digest256 sha256(const void* data, size_t size) {
   Sha256 hasher;
@@ -125,7 +115,7 @@ Digest256 sha256(const void* data, size_t size) {
   return hasher.finish();
 }
 
-Digest256 hmac_sha256(const std::string& key, const void* data, size_t size) {
+HmacSha256Key::HmacSha256Key(const std::string& key) {
   uint8_t key_block[64] = {0};
   if (key.size() > 64) {
     Digest256 hashed = sha256(key.data(), key.size());
@@ -138,14 +128,22 @@ Digest256 hmac_sha256(const std::string& key, const void* data, size_t size) {
     inner_pad[i] = key_block[i] ^ 0x36;
     outer_pad[i] = key_block[i] ^ 0x5c;
   }
-  Sha256 inner;
-  inner.update(inner_pad, 64);
-  inner.update(data, size);
+  inner_.update(inner_pad, 64);
+  outer_.update(outer_pad, 64);
+}
+
+Digest256 HmacSha256Key::finish(Sha256 inner) const {
   Digest256 inner_digest = inner.finish();
-  Sha256 outer;
-  outer.update(outer_pad, 64);
+  Sha256 outer = outer_;
   outer.update(inner_digest.data(), inner_digest.size());
   return outer.finish();
+}
+
+Digest256 hmac_sha256(const std::string& key, const void* data, size_t size) {
+  HmacSha256Key keyed(key);
+  Sha256 inner = keyed.start();
+  inner.update(data, size);
+  return keyed.finish(inner);
 }
 
 std::string to_hex(const void* data, size_t size) {
