@@ -4,6 +4,13 @@
 
 #include <sys/random.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define HVD_SHA256_X86_EXTENSIONS 1
+#endif
+
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -25,6 +32,63 @@ constexpr uint32_t kRoundConstants[64] = {
     0xc67178f2};
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+#ifdef HVD_SHA256_X86_EXTENSIONS
+// The x86 SHA extensions run the same rounds about five times faster than
+// the portable code, which matters once the data plane MACs every byte. They
+// are chosen at run time (cpuid), so the library still runs on CPUs without
+// them and needs no build flag. The state is kept as the instructions want
+// it: ABEF and CDGH in two registers.
+bool cpu_has_sha_extensions() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool ssse3 = c & (1u << 9), sse41 = c & (1u << 19);
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return ssse3 && sse41 && (b & (1u << 29));
+}
+
+__attribute__((target("sha,sse4.1,ssse3"))) void compress_with_sha_extensions(uint32_t state[8],
+                                                                              const uint8_t* block) {
+  const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
+  __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
+  __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1);
+  __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(cdab, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
+  const __m128i abef_start = abef, cdgh_start = cdgh;
+  __m128i w[16];  // the message schedule, four words per entry
+  for (int i = 0; i < 16; ++i) {
+    if (i < 4) {
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * i)), byte_swap);
+    } else {
+      __m128i t = _mm_add_epi32(_mm_sha256msg1_epu32(w[i - 4], w[i - 3]), _mm_alignr_epi8(w[i - 1], w[i - 2], 4));
+      w[i] = _mm_sha256msg2_epu32(t, w[i - 1]);
+    }
+    __m128i words = _mm_add_epi32(w[i], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRoundConstants + 4 * i)));
+    cdgh = _mm_sha256rnds2_epu32(cdgh, abef, words);
+    abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(words, 0x0E));
+  }
+  abef = _mm_add_epi32(abef, abef_start);
+  cdgh = _mm_add_epi32(cdgh, cdgh_start);
+  __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state), _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), _mm_alignr_epi8(dchg, feba, 8));
+}
+
+#endif
+
+// Whether compress() uses the CPU's SHA extensions (tests turn them off to
+// check the portable rounds against the same vectors).
+std::atomic<bool>& use_cpu_extensions() {
+#ifdef HVD_SHA256_X86_EXTENSIONS
+  static std::atomic<bool> use{cpu_has_sha_extensions()};
+#else
+  static std::atomic<bool> use{false};
+#endif
+  return use;
+}
 
 }  // namespace
 
@@ -71,6 +135,12 @@ Digest256 Sha256::finish() {
 }
 
 void Sha256::compress(const uint8_t* block) {
+#ifdef HVD_SHA256_X86_EXTENSIONS
+  if (use_cpu_extensions().load(std::memory_order_relaxed)) {
+    compress_with_sha_extensions(state_, block);
+    return;
+  }
+#endif
   uint32_t w[64];
   for (int i = 0; i < 16; ++i) {
     w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
@@ -107,6 +177,16 @@ void Sha256::compress(const uint8_t* block) {
   state_[5] += f;
   state_[6] += g;
   state_[7] += h;
+}
+
+bool sha256_use_cpu_extensions(bool wanted) {
+#ifdef HVD_SHA256_X86_EXTENSIONS
+  bool available = cpu_has_sha_extensions();
+#else
+  bool available = false;
+#endif
+  use_cpu_extensions().store(wanted && available);
+  return wanted && available;
 }
 
 Digest256 sha256(const void* data, size_t size) {

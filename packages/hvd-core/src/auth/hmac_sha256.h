@@ -28,6 +28,10 @@ class Sha256 {
 };
 
 Digest256 sha256(const void* data, size_t size);
+// SHA-256 runs on the x86 SHA extensions where the CPU has them (found at
+// run time), else on portable code. For tests: choose; returns whether the
+// extensions are now in use.
+bool sha256_use_cpu_extensions(bool wanted);
 
 // HMAC-SHA256 under one key for many messages: the key's pads are hashed
 // once, so a message costs only its own blocks plus three (the data plane
