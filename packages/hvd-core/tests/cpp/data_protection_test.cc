@@ -151,6 +151,30 @@ HVD_TEST(chacha20_matches_rfc_8439_test_vectors) {
                                            "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586"));
 }
 
+HVD_TEST(chacha20_on_long_messages_is_the_rfc_block_function_block_after_block) {
+  // Messages of 256 bytes and more take the four-blocks-at-once path, which
+  // the short RFC texts do not reach: it must give the same keystream.
+  std::vector<uint8_t> key(32), nonce = from_hex("000000000000004a00000000");
+  for (int i = 0; i < 32; ++i) key[i] = static_cast<uint8_t>(7 * i + 1);
+  for (size_t size : {size_t(255), size_t(256), size_t(257), size_t(1000), size_t(4096 + 13)}) {
+    for (uint32_t counter : {0u, 1u, 0xfffffffeu}) {
+      std::vector<uint8_t> data(size, 0);
+      chacha20_xor(key.data(), nonce.data(), counter, data.data(), size);
+      std::vector<uint8_t> expected;
+      for (uint32_t b = 0; expected.size() < size; ++b) {
+        uint8_t block[64];
+        chacha20_block(key.data(), nonce.data(), counter + b, block);
+        expected.insert(expected.end(), block, block + 64);
+      }
+      expected.resize(size);
+      if (data != expected) {
+        ::hvd_test::fail(__FILE__, __LINE__, "keystream differs at size " + std::to_string(size) + ", counter " +
+                                                 std::to_string(counter));
+      }
+    }
+  }
+}
+
 HVD_TEST(keyed_hmac_over_pieces_equals_one_shot_hmac) {
   for (const std::string& key : {std::string(20, '\x0b'), std::string("Jefe"), std::string(131, '\xaa')}) {
     HmacSha256Key keyed(key);
