@@ -109,12 +109,15 @@ bool ControlChannel::try_receive(MessageType* type, std::string* payload) {
     throw_error(ErrorCode::kInternal, peer_ + " closed its connection (the process exited or was killed)");
   }
   char buffer[65536];
+  // A protected socket returns one frame's bytes per read: read until it
+  // would block, so no checked bytes wait inside it while poll() sleeps.
+  const bool framed = socket_.protection() != DataProtection::kNone;
   for (;;) {
-    ssize_t n = ::recv(socket_.fd(), buffer, sizeof(buffer), MSG_DONTWAIT);
+    ssize_t n = socket_.read_some(buffer, sizeof(buffer));
     if (n > 0) {
       inbox_.append(buffer, static_cast<size_t>(n));
       last_received_ = std::chrono::steady_clock::now();
-      if (static_cast<size_t>(n) < sizeof(buffer)) break;
+      if (!framed && static_cast<size_t>(n) < sizeof(buffer)) break;
       continue;
     }
     if (n == 0) {

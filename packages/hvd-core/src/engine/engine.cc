@@ -240,7 +240,7 @@ void Engine::start(const hvd_init_args* args) {
     store_ = make_http_store(addr, port, secret, config_.connect_timeout_seconds);
     LocalEndpoint endpoint = choose_local_endpoint(addr, port, rendezvous.iface);
     connections_ = std::make_unique<ConnectionManager>(t.rank, secret, endpoint.address,
-                                                       config_.connect_timeout_seconds);
+                                                       config_.connect_timeout_seconds, config_.data_protection);
     connections_->set_unreachable_seconds(config_.peer_timeout_seconds);
     PrefixStore store(*store_, key_prefix);
     std::ostringstream me;

@@ -73,6 +73,10 @@ std::string EngineConfig::settings_that_must_agree() const {
          ";HOROVOD_HIERARCHICAL_ALLGATHER=" + (hierarchical_allgather ? "1" : "0") +
          ";HOROVOD_CPU_OPERATIONS=" + (use_mpi ? "mpi" : "gloo") +
          ";HOROVOD_DYNAMIC_PROCESS_SETS=" + (dynamic_process_sets ? "1" : "0") +
+         // Encryption first: it implies the MAC, and a rank that encrypts
+         // where another only MACs should hear about the knob it set.
+         ";HOROVOD_DATA_ENCRYPT=" + (data_protection == DataProtection::kEncrypt ? "1" : "0") +
+         ";HOROVOD_DATA_AUTH=" + (data_protection != DataProtection::kNone ? "1" : "0") +
          ";HOROVOD_GPU_OPERATIONS and HOROVOD_GPU_<OP>=" + gpu;
 }
 
@@ -109,6 +113,11 @@ EngineConfig EngineConfig::from_environment() {
   c.peer_timeout_seconds = env_double("HOROVOD_PEER_TIMEOUT_SECONDS", c.peer_timeout_seconds);
   c.connect_timeout_seconds = env_double("HOROVOD_GLOO_TIMEOUT_SECONDS", c.connect_timeout_seconds);
   c.allow_shm = !env_bool("HOROVOD_SHM_DISABLE", !c.allow_shm);
+  if (env_bool("HOROVOD_DATA_ENCRYPT", false)) {
+    c.data_protection = DataProtection::kEncrypt;
+  } else if (env_bool("HOROVOD_DATA_AUTH", false)) {
+    c.data_protection = DataProtection::kAuthenticate;
+  }
   c.control_over_shm = c.allow_shm && env_bool("HVD_CONTROL_RING", c.control_over_shm);
   if (env_is_set("HVD_INLINE_ALLREDUCE_BYTES")) {
     c.inline_allreduce_bytes = static_cast<size_t>(

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 
+#include "net/socket.h"
+
 namespace hvd {
 
 // HOROVOD_FUSION_THRESHOLD's default, 128 MiB: the one spelling of it.
@@ -73,6 +75,10 @@ struct EngineConfig {
   // hosts go NCCL-within-host, CPU transports across (flat NCCL otherwise).
   bool gpu_hierarchical = false;
   bool dynamic_process_sets = false;  // HOROVOD_DYNAMIC_PROCESS_SETS
+  // Every TCP link's bytes after the handshake (net/socket.h):
+  // HOROVOD_DATA_AUTH=1 MACs each frame, HOROVOD_DATA_ENCRYPT=1 also
+  // encrypts it (and implies the MAC). Shared memory is not covered.
+  DataProtection data_protection = DataProtection::kNone;
   AutotuneConfig autotune;
 
   // Everything above but `spin` and `background_core`, which depend on the

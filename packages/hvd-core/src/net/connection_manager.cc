@@ -10,6 +10,8 @@
 //   acceptor -> 'K'
 // The role string keeps one side's proof from being reflected as the
 // other's; fresh nonces on both sides keep recorded proofs from replaying.
+// With data protection on, both sides derive the link's keys from the same
+// inputs (derive_link_keys) and frame every later byte (net/socket.h).
 #include "net/connection_manager.h"
 
 #include <arpa/inet.h>
@@ -221,9 +223,25 @@ struct HandshakeIoError : std::runtime_error {
 
 }  // namespace
 
+LinkKeys derive_link_keys(const std::string& secret, const std::string& tag, uint32_t dialer_rank,
+                          uint32_t acceptor_rank, const std::string& nonce_dialer,
+                          const std::string& nonce_acceptor, bool for_dialer) {
+  const std::string link_key =
+      make_proof(secret, proof_message("data keys", tag, dialer_rank, acceptor_rank, nonce_dialer, nonce_acceptor));
+  auto expand = [&](const char* label) { return make_proof(link_key, label); };
+  std::string mac_out = expand("mac dialer to acceptor"), mac_in = expand("mac acceptor to dialer");
+  std::string cipher_out = expand("cipher dialer to acceptor"), cipher_in = expand("cipher acceptor to dialer");
+  if (!for_dialer) {
+    std::swap(mac_out, mac_in);
+    std::swap(cipher_out, cipher_in);
+  }
+  return LinkKeys{mac_out, mac_in, cipher_out, cipher_in};
+}
+
 struct ConnectionManager::Impl {
   int my_rank;
   std::string secret;
+  DataProtection protection = DataProtection::kNone;
   std::string advertise_host;
   double timeout_seconds;
   int listen_fd = -1;
@@ -300,6 +318,10 @@ struct ConnectionManager::Impl {
         if (p.stage == PendingHandshake::Stage::kAck) {
           std::lock_guard<std::mutex> lock(mu);
           p.socket.set_peer_name("rank " + std::to_string(p.dialer_rank) + " (" + p.remote + ")");
+          if (protection != DataProtection::kNone) {
+            p.socket.protect(protection, derive_link_keys(secret, p.tag, p.dialer_rank, my_rank, p.nonce_dialer,
+                                                          p.nonce_acceptor, false));
+          }
           unclaimed[{static_cast<int>(p.dialer_rank), p.tag}].push_back(std::move(p.socket));
           cv.notify_all();
           return true;
@@ -562,14 +584,18 @@ struct ConnectionManager::Impl {
                              "'): the peer closed the connection before accepting our authentication (" +
                              e.what() + ")");
     }
+    if (protection != DataProtection::kNone) {
+      s.protect(protection, derive_link_keys(secret, tag, my_rank, peer_rank, nonce_dialer, nonce_acceptor, true));
+    }
     return s;
   }
 };
 
 ConnectionManager::ConnectionManager(int my_rank, std::string secret, std::string advertise_host,
-                                     double timeout_seconds)
+                                     double timeout_seconds, DataProtection protection)
     : impl_(std::make_unique<Impl>()) {
   impl_->my_rank = my_rank;
+  impl_->protection = protection;
   impl_->secret = std::move(secret);
   impl_->advertise_host = std::move(advertise_host);
   impl_->timeout_seconds = timeout_seconds;

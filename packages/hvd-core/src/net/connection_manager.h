@@ -23,8 +23,11 @@ class ConnectionManager {
   // this host, from choose_local_endpoint); the listener binds to it alone,
   // so a loopback job is not reachable from other hosts and a job on one
   // NIC is not reachable through the others.
+  // `protection`: what every connection's bytes get after the handshake
+  // (HOROVOD_DATA_AUTH / HOROVOD_DATA_ENCRYPT; every rank must agree), with
+  // keys of its own per connection and direction (see derive_link_keys).
   ConnectionManager(int my_rank, std::string secret, std::string advertise_host,
-                    double timeout_seconds);
+                    double timeout_seconds, DataProtection protection = DataProtection::kNone);
   ~ConnectionManager();  // stops the acceptor, closes unclaimed connections
 
   // "host:port" that peers should dial; publish it through the store.
@@ -52,6 +55,15 @@ class ConnectionManager {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The keys of one connection, as the dialer (`for_dialer`) or the acceptor
+// sees them: a pseudorandom key HMAC(secret, "data keys" | tag | ranks |
+// both handshake nonces), expanded by HMAC under it into one MAC key and one
+// cipher key per direction. Fresh nonces make every connection's keys new, so
+// frames recorded on one connection are worthless on any other.
+LinkKeys derive_link_keys(const std::string& secret, const std::string& tag, uint32_t dialer_rank,
+                          uint32_t acceptor_rank, const std::string& nonce_dialer,
+                          const std::string& nonce_acceptor, bool for_dialer);
 
 struct LocalEndpoint {
   std::string address;  // IPv4, what peers dial

@@ -1,5 +1,6 @@
 // hmac_sha256_test.cc - SHA-256 against FIPS 180-4 examples, HMAC-SHA256
 // against RFC 4231, and the helpers around them.
+#include <cstdio>
 #include <string>
 
 #include "auth/hmac_sha256.h"
@@ -7,7 +8,30 @@
 
 using namespace hvd;
 
+static void check_fips_180_4_examples();
+
 HVD_TEST(sha256_matches_fips_180_4_examples) {
+  // Both implementations, where the CPU has the SHA extensions; the portable one alone elsewhere.
+  for (bool extensions : {true, false}) {
+    bool used = sha256_use_cpu_extensions(extensions);
+    check_fips_180_4_examples();
+    if (used) std::printf("  (checked with the CPU's SHA extensions too)\n");
+  }
+  sha256_use_cpu_extensions(true);
+}
+
+HVD_TEST(sha256_cpu_extensions_and_portable_code_agree_on_every_length) {
+  std::string data;
+  for (int i = 0; i < 300; ++i) data.push_back(static_cast<char>(i * 131 + 7));
+  for (size_t n = 0; n <= data.size(); ++n) {
+    sha256_use_cpu_extensions(false);
+    std::string portable = to_hex(sha256(data.data(), n));
+    sha256_use_cpu_extensions(true);
+    EXPECT_EQ(to_hex(sha256(data.data(), n)), portable);
+  }
+}
+
+static void check_fips_180_4_examples() {
   EXPECT_EQ(to_hex(sha256("", 0)), std::string("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
   EXPECT_EQ(to_hex(sha256("abc", 3)), std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
   std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
