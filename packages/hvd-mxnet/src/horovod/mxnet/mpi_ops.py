@@ -165,12 +165,18 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
 # Collectives whose result size is only known after negotiation: they wait for
 # their inputs and run through hvd-core's numpy collectives.
 
+class HorovodMXNetValueError(MXNetError, ValueError):
+    """An argument hvd-core refused (a scalar to reducescatter, splits that do
+    not add up, a name already in flight, ...): MXNetError, as Horovod's
+    binding raises, and also ValueError, as hvd's other bindings do."""
+
+
 def _as_mxnet_error(call, *args, **kwargs):
     try:
         return call(*args, **kwargs)
-    except (ValueError, NotImplementedError, TypeError):
-        raise
-    except Exception as e:  # noqa: BLE001 - hvd errors surface as MXNet's, as in Horovod
+    except ValueError as e:
+        raise HorovodMXNetValueError("%s: %s" % (type(e).__name__, e)) from e
+    except Exception as e:  # noqa: BLE001 - hvd's errors surface as MXNet's, as in Horovod
         raise MXNetError("%s: %s" % (type(e).__name__, e)) from e
 
 
@@ -218,6 +224,8 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     split_list = None
     if splits is not None:
         if isinstance(splits, mx.nd.NDArray):
+            if np.dtype(splits.dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+                raise ValueError("splits must be an integer NDArray (int32), got %s" % np.dtype(splits.dtype).name)
             split_list = [int(s) for s in splits.asnumpy().reshape(-1)]
         else:
             split_list = [int(s) for s in splits]
