@@ -127,8 +127,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             raise ValueError("prefix must be a str or None, got %s" % type(prefix).__name__)
         if isinstance(optimizer, DistributedOptimizer):
             optimizer = optimizer._optimizer
-            warnings.warn("DistributedTrainer does not take DistributedOptimizer as its optimizer. "
-                          "We have unwrapped it for you.")
+            warnings.warn("DistributedTrainer averages the gradients itself and was given a DistributedOptimizer: "
+                          "it uses the optimizer that one wraps. Pass the plain optimizer to silence this.")
         if isinstance(params, dict):
             params = OrderedDict(params)
         elif isinstance(params, (list, tuple)):
