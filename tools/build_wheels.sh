@@ -8,7 +8,7 @@
 #                   targeting glibc 2.28 (libc++ linked statically), so a
 #                   newer build machine still yields a manylinux_2_28 wheel,
 #                   then checked and tagged by auditwheel.
-#   hvd-launch, hvd-torch, hvd-elastic
+#   hvd-launch, hvd-torch, hvd-mxnet, hvd-elastic
 #                   pure py3-none-any wheels.
 #   hvd-tensorflow  py3-none binary wheel for the TensorFlow installed in
 #                   $PYTHON (its extras pin that TensorFlow minor). Compiled
@@ -88,10 +88,10 @@ CMAKE_ARGS="-DHVD_WITH_CUDA=${HVD_WHEEL_CUDA:-OFF} ${CMAKE_ARGS:-}" \
   --config-settings=build-dir="$CACHE/core-$arch" ./packages/hvd-core
 "$PYTHON" -m auditwheel repair -w "$OUT" --plat "manylinux_2_28_$arch" "$raw"/hvd_core-*.whl
 
-echo "== hvd-launch, hvd-torch, hvd-elastic (pure Python)"
+echo "== hvd-launch, hvd-torch, hvd-mxnet, hvd-elastic (pure Python)"
 "${PIP[@]}" wheel -q --no-build-isolation --no-deps -w "$OUT" \
-  ./packages/hvd-launch ./packages/hvd-torch ./packages/hvd-elastic
-rm -rf packages/hvd-launch/build packages/hvd-torch/build packages/hvd-elastic/build
+  ./packages/hvd-launch ./packages/hvd-torch ./packages/hvd-mxnet ./packages/hvd-elastic
+rm -rf packages/hvd-launch/build packages/hvd-torch/build packages/hvd-mxnet/build packages/hvd-elastic/build
 
 if (( WITH_TF )) && ! "$PYTHON" -c 'import tensorflow, horovod.common.config' >/dev/null 2>&1; then
   echo "== hvd-tensorflow skipped: it compiles against TensorFlow and hvd-core installed in $PYTHON" \

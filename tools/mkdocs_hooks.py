@@ -37,6 +37,7 @@ SOURCES = {
     "horovod.tensorflow": "packages/hvd-tensorflow/python",
     "horovod.tensorflow.keras": "packages/hvd-tensorflow/python",
     "horovod.keras": "packages/hvd-tensorflow/python",
+    "horovod.mxnet": "packages/hvd-mxnet/src",
     "horovod.runner": "packages/hvd-launch/src",
     "horovod.runner.elastic": "packages/hvd-elastic/src",
 }
@@ -58,6 +59,8 @@ API_PAGES = [
      "(`horovod._keras.api.make_api`), so they are described in the guide, not here.",
      [("horovod.tensorflow.keras", ["horovod.tensorflow.keras.callbacks", "horovod.tensorflow.keras.elastic"]),
       ("horovod.keras", ["horovod.keras.callbacks", "horovod.keras.elastic"])]),
+    ("api/mxnet.md", "horovod.mxnet", "MXNet 1.9 binding (hvd-mxnet). Guide: [MXNet](../mxnet.md).",
+     [("horovod.mxnet", [])]),
     ("api/runner.md", "horovod.runner", "The launcher (hvd-launch). Guide: [horovodrun](../launcher.md).",
      [("horovod.runner", ["horovod.runner.run_api", "horovod.runner.check_build"])]),
     ("api/elastic.md", "horovod.runner.elastic", "The elastic driver (hvd-elastic). Guide: "

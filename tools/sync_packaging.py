@@ -20,7 +20,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ["hvd-core", "hvd-launch", "hvd-torch", "hvd-tensorflow", "hvd-elastic"]
+PACKAGES = ["hvd-core", "hvd-launch", "hvd-torch", "hvd-tensorflow", "hvd-mxnet", "hvd-elastic"]
 SIBLINGS = ["hvd-core", "hvd-launch"]
 SHARED_FILES = ["LICENSE", "NOTICE"]
 

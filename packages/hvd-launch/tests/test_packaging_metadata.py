@@ -11,7 +11,7 @@ import pytest
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-PACKAGES = ["hvd-core", "hvd-launch", "hvd-torch", "hvd-tensorflow", "hvd-elastic"]
+PACKAGES = ["hvd-core", "hvd-launch", "hvd-torch", "hvd-tensorflow", "hvd-mxnet", "hvd-elastic"]
 pytestmark = pytest.mark.skipif(not (ROOT / "VERSION").exists(), reason="not run from a checkout")
 
 

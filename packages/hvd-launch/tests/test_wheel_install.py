@@ -71,7 +71,7 @@ def test_wheel_tags_metadata_and_licenses(wheelhouse):
     version = (ROOT / "VERSION").read_text().strip()
     minor = ".".join(version.split(".")[:2])
     core = _one(wheelhouse, "hvd_core-%s-py3-none-*manylinux_2_28_*.whl" % version)
-    for name in ("hvd_launch", "hvd_torch", "hvd_elastic"):
+    for name in ("hvd_launch", "hvd_torch", "hvd_mxnet", "hvd_elastic"):
         _one(wheelhouse, "%s-%s-py3-none-any.whl" % (name, version))
     tf = _one(wheelhouse, "hvd_tensorflow-%s-py3-none-*linux*.whl" % version)
 
@@ -102,7 +102,7 @@ def test_wheel_tags_metadata_and_licenses(wheelhouse):
         assert "Requires-Python: >=3.10" in meta, wheel.name
         if not wheel.name.startswith("hvd_core"):
             assert "Requires-Dist: hvd-core<%s,>=%s" % (_next_minor(minor), minor) in meta, wheel.name
-        if wheel.name.startswith(("hvd_torch", "hvd_tensorflow", "hvd_elastic")):
+        if wheel.name.startswith(("hvd_torch", "hvd_tensorflow", "hvd_mxnet", "hvd_elastic")):
             assert "Requires-Dist: hvd-launch<%s,>=%s" % (_next_minor(minor), minor) in meta, wheel.name
 
 

@@ -350,6 +350,8 @@ def test_packed_argument_layouts_match_the_header(c_layouts):
         "num_tensors", "alloc", "alloc_ctx", "on_done", "on_done_ctx", "flags", "device_stream")]
     assert engine_calls._ENQUEUE_ARGS_SIZE == c_layouts["hvd_enqueue_args"][0]
     assert engine_calls._ENQUEUE_ARGS_SPAN == c_layouts["hvd_enqueue_args"][1]
+    assert engine_calls._ON_DONE_OFFSET == c_layouts["hvd_enqueue_args.on_done"]
+    assert engine_calls._ON_DONE_OFFSET + 8 == c_layouts["hvd_enqueue_args.on_done_ctx"]
 
 
 @pytest.mark.parametrize("structure,c_name", [("InitArgs", "hvd_init_args"), ("Topology", "hvd_topology"),

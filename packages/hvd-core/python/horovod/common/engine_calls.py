@@ -26,6 +26,8 @@ _ENQUEUE_ARGS_SIZE = 104
 _ENQUEUE_ARGS_SPAN = 104  # sizeof(hvd_enqueue_args)
 _NULL_NAMES = (b"",)
 _POINTER = struct.Struct("<Q")
+_ON_DONE = struct.Struct("<QQ")  # hvd_enqueue_args.on_done and on_done_ctx
+_ON_DONE_OFFSET = 72
 _templates = threading.local()  # per-thread cache of packed argument blocks (see _args_block)
 _MAX_TEMPLATES = 4096
 
@@ -165,7 +167,7 @@ def _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, r
 
 
 def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op=1, root_rank=0,
-            prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False):
+            prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False, on_done=0, on_done_ctx=0):
     """Enqueues one collective (several inputs = a group) and returns the C handle.
 
     Args:
@@ -176,9 +178,20 @@ def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op
         splits: optional list (per input) of alltoall splits, or None.
         caller_waits: the caller synchronizes right away (HVD_ENQUEUE_CALLER_WAITS):
             its wait then runs the engine instead of waking the background thread.
+        on_done, on_done_ctx: optional hvd_done_fn (an address, e.g. of a ctypes
+            callback the caller keeps alive) and its context, called once on the
+            engine's thread when the operation completes.
     Returns:
         (c_handle, keepalive): keep `keepalive` referenced until completion.
     """
+    if on_done:
+        # Every call has its own context: pack a fresh block rather than patch a cached one.
+        buf, _ = _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
+                       postscale_factor, splits, caller_waits)
+        _ON_DONE.pack_into(buf, _ON_DONE_OFFSET, on_done, on_done_ctx)
+        handle = ctypes.c_void_p()
+        c_api.check(c_api.lib().hvd_enqueue(ctypes.addressof(buf), ctypes.byref(handle)))
+        return handle.value, []
     buf, base = _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank,
                             prescale_factor, postscale_factor, splits, caller_waits)
     handle = ctypes.c_void_p()

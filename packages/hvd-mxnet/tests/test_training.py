@@ -1,0 +1,31 @@
+# test_training.py - data-parallel training through horovod.mxnet equals
+# one-process training on the concatenated batch: Gluon's DistributedTrainer
+# (per-tensor, grouped, fp16-compressed, predivided) and the Module API's
+# DistributedOptimizer, at 2 and 3 ranks, after broadcast_parameters has
+# made different initial weights equal.
+import pytest
+
+import mxnet_ranks
+
+
+@pytest.mark.parametrize("size,options", [
+    (2, {}),
+    (3, {}),
+    (2, {"num_groups": 2, "predivide": 2.0}),
+    (3, {"compression": "fp16"}),
+])
+def test_gluon_distributed_trainer_equals_one_process_on_the_whole_batch(size, options):
+    tolerance = 5e-3 if options.get("compression") == "fp16" else 1e-5
+    for report in mxnet_ranks.run_program_ok(size, "training:gluon_trainer_matches_one_process", kwargs=options,
+                                             timeout=120):
+        assert report["moved"] > 1e-3  # it trained
+        assert report["diff"] < tolerance, report
+        assert report["ranks_agree"], report
+
+
+@pytest.mark.parametrize("size,num_groups", [(2, 0), (3, 1)])
+def test_module_distributed_optimizer_equals_one_process_on_the_whole_batch(size, num_groups):
+    for report in mxnet_ranks.run_program_ok(size, "training:module_optimizer_matches_one_process",
+                                             kwargs={"num_groups": num_groups}, timeout=120):
+        assert report["moved"] > 1e-3
+        assert report["diff"] < 1e-5, report
