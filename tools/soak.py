@@ -78,9 +78,10 @@ def raise_fd_limit(wanted):
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def hvd_entries(directory, marker="hvd"):
+def hvd_entries(directory, prefix):
+    """Names in `directory` that hvd makes (other programs on the machine may come and go)."""
     try:
-        return {n for n in os.listdir(directory) if marker in n}
+        return {n for n in os.listdir(directory) if n.startswith(prefix)}
     except FileNotFoundError:
         return set()
 
@@ -195,23 +196,33 @@ def faults_worker(args):
         say(event="init")
         hvd.init()
         say(event="init-done")
+        # Every loop runs until rank 0 has spent --phase-seconds in it: rank 0's
+        # vote to stop travels in an allreduce, so all ranks stop together.
+        flag = np.zeros(1, dtype=np.float32)
+
+        def another_round(started):
+            flag[0] = 1.0 if hvd.rank() == 0 and time.monotonic() - started > args.phase_seconds else 0.0
+            hvd.allreduce_(flag, name="f.flag", op=hvd.Sum)
+            return flag[0] == 0
+
         small = np.ones(16, dtype=np.float32)
+        hvd.barrier()
+        say(event="phase")
+        started = time.monotonic()
         if args.phase == "init":
-            for i in range(args.iterations):
+            while another_round(started):
                 hvd.allreduce_(small, name="f.small", op=hvd.Sum)
-                time.sleep(0.01)
         elif args.phase == "process-set":
-            hvd.barrier()
-            say(event="phase")
-            for i in range(args.iterations):
-                ps = hvd.add_process_set([0, 1])
-                hvd.allreduce_(small, name="f.ps", op=hvd.Sum, process_set=ps)
+            # a set without the last rank (all ranks together are the global set already)
+            members = list(range(max(1, hvd.size() - 1)))
+            while another_round(started):
+                ps = hvd.add_process_set(members)
+                if hvd.rank() in members:
+                    hvd.allreduce_(small, name="f.ps", op=hvd.Sum, process_set=ps)
                 hvd.remove_process_set(ps)
         else:
             big = np.ones(LARGE_BYTES // 4, dtype=np.float32)
-            hvd.barrier()
-            say(event="phase")
-            for i in range(args.iterations):
+            while another_round(started):
                 hvd.allreduce_(big, name="f.large", op=hvd.Average)
         say(event="done")
         hvd.shutdown()
@@ -262,18 +273,19 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
     from horovod.common import testing
 
     tmpdir = tempfile.mkdtemp(prefix="soak-fault-tmp-")
-    shm_before = hvd_entries("/dev/shm")
-    tmp_before = hvd_entries("/tmp")
+    # hvd's names: shared-memory arenas and rings "/hvd-<hash>", "/hvd-r<hash>";
+    # the MPI-less address file $TMPDIR/hvd-mpirun-*.json (TMPDIR is private here)
+    shm_before = hvd_entries("/dev/shm", "hvd-")
+    tmp_before = hvd_entries("/tmp", "hvd-mpirun-")
     extra = {"HOROVOD_PEER_TIMEOUT_SECONDS": str(args.peer_timeout),
              "HOROVOD_GLOO_TIMEOUT_SECONDS": str(args.start_timeout),
              "HOROVOD_DYNAMIC_PROCESS_SETS": "1", "TMPDIR": tmpdir,
              "HOROVOD_STALL_CHECK_DISABLE": "1"}
-    iterations = {"init": 200, "process-set": 400, "large-allreduce": 400}[phase]
     ranks = []
     for r in range(size):
         env = testing.rank_env(r, size, server_port, secret, extra=extra)
         proc = subprocess.Popen([sys.executable, HERE, "_faults-worker", "--phase", phase,
-                                 "--iterations", str(iterations)],
+                                 "--phase-seconds", str(args.phase_seconds)],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         ranks.append(Rank(r, proc))
     v = ranks[victim]
@@ -297,7 +309,9 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
     result["victim_state"] = ("done" if "done" in v.events else
                               "in phase" if trigger in v.events and (phase != "init" or "init-done" not in v.events)
                               else "after init")
-    sent_at = time.monotonic()
+    sent_at, sent_wall = time.monotonic(), time.time()
+    if "init-done" in v.events:
+        result["victim_init_s"] = round(v.events["init-done"]["t"] - v.events["init"]["t"], 3)
     if how == "kill":
         v.proc.send_signal(signal.SIGKILL)
     else:
@@ -330,6 +344,9 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
             result["notes"].append("rank %d ended %.1f s after the signal (bound %.1f s)"
                                    % (rk.rank, ended_at[rk.rank], bound))
         raised = rk.events.get("raised")
+        if raised and raised["t"] < sent_wall and how != "stop-cont":
+            result["ok"] = False
+            result["notes"].append("rank %d raised before the signal: %s" % (rk.rank, raised["message"][:200]))
         if how == "stop-cont":
             if rk.proc.returncode != 0:
                 result["ok"] = False
@@ -357,13 +374,16 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
         try:
             rk.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
+            result["ok"] = False
+            result["notes"].append("rank %d still running at the end of the trial" % rk.rank)
             rk.proc.kill()
             rk.proc.wait()
         rk.proc.stdout.close()
         rk.proc.stderr.close()
     # give exiting processes a moment, then compare what hvd left behind
     time.sleep(0.2)
-    left = sorted(hvd_entries("/dev/shm") - shm_before) + sorted(hvd_entries("/tmp") - tmp_before)
+    left = sorted(hvd_entries("/dev/shm", "hvd-") - shm_before)
+    left += sorted(hvd_entries("/tmp", "hvd-mpirun-") - tmp_before)
     left += ["TMPDIR:" + n for n in os.listdir(tmpdir)]
     shutil.rmtree(tmpdir, ignore_errors=True)
     if left:
@@ -381,7 +401,7 @@ def faults_main(args):
         how = rng.choice(args.signals)
         size = rng.choice(args.sizes)
         victim = rng.randrange(size)
-        delay = rng.uniform(0, {"init": 0.4, "process-set": 1.0, "large-allreduce": 1.5}[phase])
+        delay = rng.uniform(0, {"init": 0.15, "process-set": 2.5, "large-allreduce": 2.5}[phase])
         t0 = time.monotonic()
         r = run_fault_trial(trial, phase, how, size, victim, delay, args)
         r["size"] = size
@@ -391,6 +411,10 @@ def faults_main(args):
             trial, size, phase, how, victim, delay, r["victim_state"], "ok" if r["ok"] else "FAIL",
             "%.2f" % r["survivor_s"] if r["survivor_s"] is not None else "-",
             ("; " + "; ".join(r["notes"])) if r["notes"] else ""))
+        if args.verbose:
+            print("    victim's init took %s s" % r.get("victim_init_s"))
+            for m in r.get("messages", []):
+                print("    raised: " + m[:240])
         sys.stdout.flush()
     rows = []
     for phase in args.phases:
@@ -607,12 +631,14 @@ def main(argv=None):
     f.add_argument("--peer-timeout", type=float, default=5.0, help="HOROVOD_PEER_TIMEOUT_SECONDS")
     f.add_argument("--start-timeout", type=float, default=10.0, help="HOROVOD_GLOO_TIMEOUT_SECONDS")
     f.add_argument("--margin", type=float, default=5.0, help="seconds allowed past the timeout")
+    f.add_argument("--phase-seconds", type=float, default=3.0, help="how long each rank stays in the phase")
     f.add_argument("--short-stop", type=float, default=1.0, help="how long stop-cont freezes the victim")
     f.add_argument("--json", help="write every trial's record here")
+    f.add_argument("--verbose", action="store_true", help="print what each survivor raised")
 
     w = sub.add_parser("_faults-worker")
     w.add_argument("--phase", choices=PHASES)
-    w.add_argument("--iterations", type=int)
+    w.add_argument("--phase-seconds", type=float)
 
     st = sub.add_parser("store", help="the rendezvous store under hostile clients while a job starts")
     st.add_argument("--clients", type=int, default=1000)
