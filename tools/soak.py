@@ -508,8 +508,37 @@ def hostile_client(kind, port, stop, stats, lock, rng):
             s.close()
 
 
+CLIENT_KINDS = ("slow", "garbage", "huge-headers", "bad-signature", "unauthenticated-body")
+
+
+def client_weights(slow_fraction):
+    return [slow_fraction] + [(1 - slow_fraction) / 4] * 4
+
+
+def store_clients(args):
+    """Runs --clients hostile clients against the store until a line arrives on stdin."""
+    raise_fd_limit(2 * args.clients + 64)
+    rng = random.Random(args.seed)
+    stop = threading.Event()
+    stats, lock = {}, threading.Lock()
+    threading.stack_size(256 << 10)  # hundreds of client threads: small stacks
+    clients = []
+    for i in range(args.clients):
+        kind = rng.choices(CLIENT_KINDS, client_weights(args.slow_fraction))[0]
+        t = threading.Thread(target=hostile_client, daemon=True,
+                             args=(kind, args.port, stop, stats, lock, random.Random(args.seed * 100003 + i)))
+        t.start()
+        clients.append(t)
+    sys.stdin.readline()
+    stop.set()
+    for t in clients:
+        t.join(timeout=0.05)
+    with lock:
+        print(json.dumps(stats))
+
+
 def store_main(args):
-    from horovod.common import testing
+    from horovod.common import rendezvous, testing
     from horovod.common.rendezvous import RendezvousServer, make_secret
 
     limit = raise_fd_limit(4 * args.clients + 256)
@@ -518,21 +547,6 @@ def store_main(args):
     server = RendezvousServer(secret, host="127.0.0.1")
     port = server.start()
     rss0, threads0 = proc_status()
-    kinds = ["slow", "garbage", "huge-headers", "bad-signature", "unauthenticated-body"]
-    weights = [args.slow_fraction] + [(1 - args.slow_fraction) / 4] * 4
-    rng = random.Random(args.seed)
-    stop = threading.Event()
-    stats, lock = {}, threading.Lock()
-    clients = []
-    for i in range(args.clients):
-        kind = rng.choices(kinds, weights)[0]
-        clients.append(threading.Thread(target=hostile_client, daemon=True,
-                                        args=(kind, port, stop, stats, lock, random.Random(i))))
-    threading.stack_size(256 << 10)  # a thousand client threads: small stacks
-    for t in clients:
-        t.start()
-    threading.stack_size(0)
-    time.sleep(args.settle)
     peak = {"rss": 0, "threads": 0}
     sampling = threading.Event()
 
@@ -545,6 +559,19 @@ def store_main(args):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    kinds = list(CLIENT_KINDS)
+    weights = client_weights(args.slow_fraction)
+    # The hostile clients run in processes of their own, so that this process's
+    # RSS and threads are the store's (and the sampler's) alone.
+    client_procs = []
+    per_proc = -(-args.clients // args.client_processes)
+    for i in range(args.client_processes):
+        n = min(per_proc, args.clients - i * per_proc)
+        client_procs.append(subprocess.Popen(
+            [sys.executable, HERE, "_store-clients", "--port", str(port), "--clients", str(n),
+             "--slow-fraction", str(args.slow_fraction), "--seed", str(args.seed + i)],
+            stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True))
+    time.sleep(args.settle)
     rss_before_job, threads_before_job = proc_status()
     rows, failed = [], False
     for attempt in range(args.jobs):
@@ -579,24 +606,31 @@ def store_main(args):
     sampling.set()
     sampler.join()
     rss_end, threads_end = proc_status()
-    stop.set()
+    stats = {}
+    for cp in client_procs:
+        out, _ = cp.communicate("stop\n", timeout=120)
+        for k, v in json.loads(out.strip().splitlines()[-1]).items():
+            stats[k] = stats.get(k, 0) + v if isinstance(v, int) else v
     server_alive = server._thread is not None and server._thread.is_alive()
-    for t in clients:
-        t.join(timeout=0.05)
     server.stop()
     print("%d hostile clients (%s) against the store on port %d; the job's bound %g s" % (
-        args.clients, ", ".join("%s %d%%" % (k, round(100 * w)) for k, w in zip(kinds, weights)), port, args.job_bound))
+        args.clients, ", ".join("%s %d%%" % (k, round(100 * w)) for k, w in zip(kinds, weights)), port,
+        args.job_bound))
     table(["job", "wall s (launch to exit)", "init+allreduce s per rank", "exit codes", "result"], rows)
     rss_ok = peak["rss"] - rss0 < args.max_rss_mib * 1024
     failed |= not rss_ok or not server_alive
-    table(["measure", "before clients", "clients connected", "peak", "end"], [
-        ["process RSS KiB (store + clients)", rss0, rss_before_job, peak["rss"], rss_end],
-        ["threads (store + %d client threads)" % args.clients, threads0, threads_before_job, peak["threads"],
-         threads_end]])
+    # the store's bound on connections served at once, plus its accept loop, this
+    # thread and the sampler
+    max_threads = rendezvous.MAX_CONCURRENT_CONNECTIONS + 3
+    threads_ok = peak["threads"] <= max_threads
+    failed |= not threads_ok
+    table(["store process", "before clients", "clients connected", "peak", "end", "bound", "result"], [
+        ["RSS KiB", rss0, rss_before_job, peak["rss"], rss_end, "+%d MiB" % args.max_rss_mib,
+         "ok" if rss_ok else "FAIL"],
+        ["threads", threads0, threads_before_job, peak["threads"], threads_end, max_threads,
+         "ok" if threads_ok else "FAIL"]])
     print("store thread alive at the end: %s; requests rejected (401): %d; client outcomes: %s" % (
         server_alive, server.rejected_requests, json.dumps(stats, sort_keys=True)))
-    print("RSS growth %.1f MiB (bound %g MiB): %s" % ((peak["rss"] - rss0) / 1024, args.max_rss_mib,
-                                                     "ok" if rss_ok else "FAIL"))
     return 1 if failed else 0
 
 
@@ -650,6 +684,14 @@ def main(argv=None):
     st.add_argument("--max-rss-mib", type=float, default=512.0)
     st.add_argument("--seed", type=int, default=1)
 
+    st.add_argument("--client-processes", type=int, default=4)
+
+    w = sub.add_parser("_store-clients")
+    w.add_argument("--port", type=int)
+    w.add_argument("--clients", type=int)
+    w.add_argument("--slow-fraction", type=float)
+    w.add_argument("--seed", type=int)
+
     sub.add_parser("_store-worker")
 
     args = p.parse_args(argv)
@@ -663,6 +705,8 @@ def main(argv=None):
         return faults_worker(args)
     if args.command == "store":
         return store_main(args)
+    if args.command == "_store-clients":
+        return store_clients(args)
     return store_worker(args)
 
 
