@@ -486,7 +486,7 @@ def hostile_client(kind, port, stop, stats, lock, rng):
                           + b"\r\n")
             elif kind == "bad-signature":
                 body = b"x" * 100
-                s.sendall(b"PUT /v1/kv/a%20b HTTP/1.1\r\nContent-Length: %d\r\nX-Hvd-Timestamp: %d\r\n"
+                s.sendall(b"PUT /v1/kv/a%%20b HTTP/1.1\r\nContent-Length: %d\r\nX-Hvd-Timestamp: %d\r\n"
                           b"X-Hvd-Nonce: abcdefgh%d\r\nX-Hvd-Signature: %s\r\nX-Hvd-Content-SHA256: %s\r\n\r\n"
                           % (len(body), int(time.time()), rng.randrange(1 << 30), b"0" * 64, b"1" * 64) + body)
             elif kind == "unauthenticated-body":
