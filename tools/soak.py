@@ -622,9 +622,9 @@ def store_main(args):
     table(["job", "wall s (launch to exit)", "init+allreduce s per rank", "exit codes", "result"], rows)
     rss_ok = peak["rss"] - rss0 < args.max_rss_mib * 1024
     failed |= not rss_ok or not server_alive
-    # the store's bound on connections served at once, plus its accept loop, this
-    # thread and the sampler
-    max_threads = rendezvous.MAX_CONCURRENT_CONNECTIONS + 3
+    # the store's bound on connections served at once, plus the threads before
+    # the clients came (this one, the store's accept loop and reaper) and the sampler
+    max_threads = rendezvous.MAX_CONCURRENT_CONNECTIONS + threads0 + 1
     threads_ok = peak["threads"] <= max_threads
     failed |= not threads_ok
     table(["store process", "before clients", "clients connected", "peak", "end", "bound", "result"], [
