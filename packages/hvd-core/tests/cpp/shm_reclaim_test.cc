@@ -95,3 +95,30 @@ HVD_TEST(arena_of_a_job_whose_member_0_died_is_reclaimed_and_live_ones_are_kept)
   EXPECT_TRUE(reclaim_stale_arenas() >= 1);
   EXPECT_TRUE(!exists(arena_path(live_key)));
 }
+
+// Member 0 killed after creating the arena but before announcing it: member
+// 1, whose wait for the announcement fails, removes the name itself, so the
+// job leaves nothing in /dev/shm even when no later job runs. (The wait
+// lasts at least 10 s, see the constructor.)
+HVD_TEST(member_whose_wait_for_a_dead_member_0_fails_removes_the_arena) {
+  const std::string key = "reclaim-test-unannounced-" + std::to_string(getpid());
+  int status = 0;
+  // The child's store is its own: the announcement never reaches this one.
+  waitpid(create_arena_in_child(key, false), &status, 0);
+  EXPECT_TRUE(exists(arena_path(key)));
+
+  MemoryStore store;
+  CommOptions options;
+  options.key = key;
+  options.rank = 1;
+  options.global_ranks = {0, 1};
+  options.timeout_seconds = 1.0;
+  bool failed = false;
+  try {
+    ShmCommunicator member(options, store);
+  } catch (const std::exception&) {
+    failed = true;
+  }
+  EXPECT_TRUE(failed);
+  EXPECT_TRUE(!exists(arena_path(key)));
+}

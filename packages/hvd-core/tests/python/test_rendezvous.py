@@ -388,6 +388,54 @@ def test_silent_connections_beyond_the_cap_wait_instead_of_taking_threads(secret
                 sock.close()
 
 
+def test_clients_that_drip_their_request_lose_their_connections_and_let_a_job_through(secret, monkeypatch):
+    # A byte every 0.2 s never trips the per-read timeout; the deadline for
+    # the whole request head (1 s here, 10 s by default) ends such clients.
+    assert 0 < rendezvous.REQUEST_HEAD_SECONDS <= 30
+    monkeypatch.setattr(rendezvous, "MAX_CONCURRENT_CONNECTIONS", 4)
+    monkeypatch.setattr(rendezvous, "REQUEST_HEAD_SECONDS", 1.0)
+    stop = threading.Event()
+    closed_after = []
+
+    def drip(port):
+        sock = _raw_connection(port)
+        sock.setblocking(False)
+        start = time.monotonic()
+        try:
+            for byte in b"GET /v1/kv/k HTTP/1.1\r\nX-Pad: " + b"a" * 1000:
+                if stop.wait(0.2):
+                    return
+                sock.send(bytes([byte]))
+                try:
+                    while sock.recv(4096):
+                        pass  # whatever the store answers, it must then close
+                except BlockingIOError:
+                    continue  # still open
+                break  # end of file: the store closed it
+        except OSError:
+            pass  # reset by the store
+        finally:
+            closed_after.append(time.monotonic() - start)
+            sock.close()
+
+    with RendezvousServer(secret, host="127.0.0.1") as srv:
+        drippers = [threading.Thread(target=drip, args=(srv.port,)) for _ in range(6)]
+        for t in drippers:
+            t.start()
+        try:
+            time.sleep(0.5)  # every slot now taken by a dripping client
+            start = time.monotonic()
+            client = RendezvousClient("127.0.0.1", srv.port, secret, timeout=15)
+            client.set("k", b"v")
+            assert client.get("k") == b"v"
+            assert time.monotonic() - start < 8
+        finally:
+            for t in drippers:
+                t.join(timeout=10)
+            stop.set()
+    assert len(closed_after) == 6 and all(s < 8 for s in closed_after), closed_after
+
+
 def test_other_methods_get_405_with_the_allowed_ones(server, secret):
     for method in ("PATCH", "HEAD", "OPTIONS"):
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)

@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -54,6 +55,12 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 # body) and each write of the answer; one that stalls longer loses its
 # connection, so silent connections cannot hold server threads.
 REQUEST_IO_TIMEOUT_SECONDS = 10.0
+# A client gets this long in all for a request's line and headers (and, when
+# it is refused, the body the store drains): one that sends a byte now and
+# then never trips the per-read timeout above, and would otherwise keep its
+# thread, and with MAX_CONCURRENT_CONNECTIONS of them the store, for ever.
+# Authenticated requests are not limited (a long-poll is one).
+REQUEST_HEAD_SECONDS = 10.0
 # Connections served at once (one thread each). A job needs a few per rank;
 # the rest wait in the listen backlog until a thread is free.
 MAX_CONCURRENT_CONNECTIONS = 1024
@@ -221,6 +228,13 @@ class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
 
     do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
 
+    def handle_one_request(self):
+        self.server.arm_head_deadline(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.disarm_head_deadline(self.connection)
+
     def log_message(self, format, *args):
         # The default writes every request to stderr; only verbose servers log them.
         if self.server.rendezvous.verbose:
@@ -241,6 +255,7 @@ class _SignedRequestHandler(http.server.BaseHTTPRequestHandler):
         # body is buffered.
         reason, timestamp, nonce = rendezvous._authenticate(method, self.path, self.headers)
         if reason is None:
+            self.server.disarm_head_deadline(self.connection)
             body = self.rfile.read(length) if length else b""
             if len(body) != length:
                 self.close_connection = True
@@ -295,7 +310,35 @@ class _ThreadingServer(http.server.ThreadingHTTPServer):
         # rather than starting threads without bound.
         self._connection_slots = threading.BoundedSemaphore(MAX_CONCURRENT_CONNECTIONS)
         self.stopping = threading.Event()  # set before shutdown(): stop waiting for a slot
+        self._head_deadlines = {}  # connection -> monotonic time its request head must be in by
+        self._head_deadlines_lock = threading.Lock()
         super().__init__(*args, **kwargs)
+        self._reaper = threading.Thread(target=self._close_late_requests, name="hvd-rendezvous-reaper",
+                                        daemon=True)
+        self._reaper.start()
+
+    def arm_head_deadline(self, connection):
+        with self._head_deadlines_lock:
+            self._head_deadlines[connection] = time.monotonic() + REQUEST_HEAD_SECONDS
+
+    def disarm_head_deadline(self, connection):
+        with self._head_deadlines_lock:
+            self._head_deadlines.pop(connection, None)
+
+    def _close_late_requests(self):
+        # Shutting a late connection down makes its thread's blocked read
+        # return end-of-file, so the thread ends and frees its slot.
+        while not self.stopping.wait(0.25):
+            now = time.monotonic()
+            with self._head_deadlines_lock:
+                late = [c for c, deadline in self._head_deadlines.items() if deadline <= now]
+                for c in late:
+                    del self._head_deadlines[c]
+            for c in late:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed by its thread
 
     def process_request(self, request, client_address):
         while not self._connection_slots.acquire(timeout=0.1):
@@ -399,6 +442,7 @@ class RendezvousServer:
         httpd.shutdown()
         httpd.server_close()
         self._thread.join()
+        httpd._reaper.join()
         self._thread = None
 
     def __enter__(self):

@@ -257,7 +257,15 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                                             " (is /dev/shm large enough? HOROVOD_SHM_DISABLE=1 avoids it)");
     }
   } else {
-    store.get(options.key + "/shm/ready", rendezvous_timeout);
+    try {
+      store.get(options.key + "/shm/ready", rendezvous_timeout);
+    } catch (...) {
+      // Member 0 died (or is hopelessly late) between creating the arena and
+      // announcing it: nobody else would remove the name, and this job can
+      // no longer use it. Its mappings, if member 0 still runs, stay valid.
+      shm_unlink(name.c_str());
+      throw;
+    }
     fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
       throw_error(ErrorCode::kInternal, "shm: cannot open the arena created by member 0 (global rank " +
