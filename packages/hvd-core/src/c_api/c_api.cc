@@ -199,7 +199,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
                     std::to_string(set.id()) + " has " + std::to_string(set.size()) + " ranks");
   }
   // A zeroed struct scales nothing; callers that mean 0 say so with the flag.
-  const bool factors_as_given = (args->flags & HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN) != 0;
+  const bool factors_as_given = (flags & HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN) != 0;
   double prescale = args->prescale_factor == 0.0 && !factors_as_given ? 1.0 : args->prescale_factor;
   double postscale = args->postscale_factor == 0.0 && !factors_as_given ? 1.0 : args->postscale_factor;
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
@@ -494,6 +494,9 @@ hvd_error* hvd_enqueue(const hvd_enqueue_args* args, hvd_handle** handle) {
     hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "hvd_enqueue: args and handle must not be NULL");
   }
   *handle = nullptr;
+  // Before any field is read: a caller's struct may end right after struct_size.
+  hvd::require_struct(args->struct_size, offsetof(hvd_enqueue_args, num_tensors) + sizeof(size_t),
+                      "hvd_enqueue_args");
   auto engine = Engine::get();
   auto set = engine->process_set(args->process_set_id);
   if (set->member() < 0) {
