@@ -10,6 +10,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <cpuid.h>
 #endif
 
 #include "common/error.h"
@@ -210,7 +211,13 @@ __attribute__((target("avx,f16c"))) void narrow_half_f16c(uint16_t* out, const f
   for (; i < n; ++i) out[i] = float_to_half(in[i]);
 }
 
-const bool kHasF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+// F16C from CPUID leaf 1 rather than __builtin_cpu_supports("f16c"), which
+// clang before 15 does not know (the fuzz targets build the engine with clang).
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+const bool kHasF16c = __builtin_cpu_supports("avx") && cpu_has_f16c();
 #endif
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
