@@ -108,10 +108,26 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
                     "; hvd-core moves CPU and CUDA memory (copy the tensor to one of those first)");
   }
   if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what + " has no shape");
+  const DataType dtype = dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
+  // The element count and byte size must fit int64: the engine sizes buffers
+  // and messages from them, and a wrapped product would describe a small
+  // tensor over a caller's huge (or absent) memory.
+  int64_t n = 1;
   for (int32_t i = 0; i < t->ndim; ++i) {
     if (t->shape[i] < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension");
+    if (t->shape[i] == 0) n = 0;
   }
-  if (t->strides != nullptr) {
+  for (int32_t i = 0; i < t->ndim && n != 0; ++i) {
+    int64_t bytes;
+    if (__builtin_mul_overflow(n, t->shape[i], &n) ||
+        __builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(dtype)), &bytes)) {
+      throw_error(ErrorCode::kInvalidArgument, what + " has shape " + shape_str(shape_of(*t)) +
+                                                   ", more bytes than a 64-bit size can count");
+    }
+  }
+  // An empty tensor has no layout to check (and its other dimensions may
+  // multiply past int64).
+  if (t->strides != nullptr && n != 0) {
     int64_t expected = 1;
     for (int32_t i = t->ndim - 1; i >= 0; --i) {
       if (t->shape[i] != 1 && t->strides[i] != expected) {
@@ -121,12 +137,7 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
       expected *= t->shape[i];
     }
   }
-  dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
-  if (t->data == nullptr) {
-    int64_t n = 1;
-    for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
-    if (n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
-  }
+  if (t->data == nullptr && n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
   return device;
 }
 

@@ -156,6 +156,31 @@ static int enqueue_reads_nothing_past_struct_size(void) {
   return ok;
 }
 
+/* Found by tests/fuzz/fuzz_c_api: the element count was multiplied without
+ * an overflow check, so shape {2^49, 2^49} counted 0 elements and passed
+ * without a data pointer. */
+static int shape_past_64_bits_is_refused(void) {
+  int64_t shape[2] = {(int64_t)1 << 49, (int64_t)1 << 49};
+  DLTensor input = {NULL, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
+  hvd_tensor_args tensor = HVD_TENSOR_ARGS_INIT;
+  tensor.input = &input;
+  hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
+  args.collective = HVD_ALLREDUCE;
+  args.reduce_op = HVD_OP_SUM;
+  args.tensors = &tensor;
+  args.num_tensors = 1;
+  hvd_handle* handle = NULL;
+  hvd_error* err = hvd_enqueue(&args, &handle);
+  int refused = err != NULL && hvd_error_get_code(err) == HVD_ERROR_INVALID_ARGUMENT &&
+                strstr(message(err), "64-bit") != NULL && handle == NULL;
+  if (err != NULL) hvd_error_destroy(err);
+  if (handle != NULL) {
+    hvd_handle_wait(handle, 10.0);
+    hvd_handle_release(handle);
+  }
+  return refused;
+}
+
 int main(void) {
   hvd_init_args init = HVD_INIT_ARGS_INIT;
   expect(init.struct_size == HVD_INIT_ARGS_STRUCT_SIZE && init.num_process_sets == 0 &&
@@ -209,6 +234,7 @@ int main(void) {
   expect(grouped_sum_with_newer_entries(), "an array of larger hvd_tensor_args is read at the caller's element size");
   expect(unequal_entries_are_refused(), "entries with different struct_size are refused, naming the entry");
   expect(enqueue_reads_nothing_past_struct_size(), "hvd_enqueue reads nothing past the caller's struct_size");
+  expect(shape_past_64_bits_is_refused(), "a shape whose byte size overflows 64 bits is refused");
 
   /* The DLPack header is DLPack's own: its version and newer types are there. */
   expect(DLPACK_MAJOR_VERSION >= 1 && sizeof(struct DLManagedTensorVersioned) > sizeof(DLTensor),
