@@ -109,24 +109,22 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
   }
   if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what + " has no shape");
   const DataType dtype = dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
-  // The element count and byte size must fit int64: the engine sizes buffers
-  // and messages from them, and a wrapped product would describe a small
-  // tensor over a caller's huge (or absent) memory.
-  int64_t n = 1;
+  // The byte size must fit int64, counting a zero dimension as 1: the
+  // engine multiplies dimensions in any order to size buffers and messages,
+  // and a wrapped product would describe a small tensor over a caller's
+  // huge (or absent) memory. No real tensor comes near this bound.
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  bool empty = false;
   for (int32_t i = 0; i < t->ndim; ++i) {
     if (t->shape[i] < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension");
-    if (t->shape[i] == 0) n = 0;
-  }
-  for (int32_t i = 0; i < t->ndim && n != 0; ++i) {
-    int64_t bytes;
-    if (__builtin_mul_overflow(n, t->shape[i], &n) ||
-        __builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(dtype)), &bytes)) {
+    empty = empty || t->shape[i] == 0;
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(t->shape[i], 1), &bytes)) {
       throw_error(ErrorCode::kInvalidArgument, what + " has shape " + shape_str(shape_of(*t)) +
                                                    ", more bytes than a 64-bit size can count");
     }
   }
-  // An empty tensor has no layout to check (and its other dimensions may
-  // multiply past int64).
+  const int64_t n = empty ? 0 : bytes / static_cast<int64_t>(dtype_size(dtype));
+  // An empty tensor has no layout to check.
   if (t->strides != nullptr && n != 0) {
     int64_t expected = 1;
     for (int32_t i = t->ndim - 1; i >= 0; --i) {

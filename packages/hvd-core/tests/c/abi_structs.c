@@ -158,10 +158,11 @@ static int enqueue_reads_nothing_past_struct_size(void) {
 
 /* Found by tests/fuzz/fuzz_c_api: the element count was multiplied without
  * an overflow check, so shape {2^49, 2^49} counted 0 elements and passed
- * without a data pointer. */
-static int shape_past_64_bits_is_refused(void) {
-  int64_t shape[2] = {(int64_t)1 << 49, (int64_t)1 << 49};
-  DLTensor input = {NULL, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
+ * without a data pointer; and the engine multiplies the dimensions of an
+ * empty tensor too, so {2^49, 2^49, 0} overflowed there. */
+static int shape_past_64_bits_is_refused(int64_t last_dim) {
+  int64_t shape[3] = {(int64_t)1 << 49, (int64_t)1 << 49, last_dim};
+  DLTensor input = {NULL, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, NULL, 0};
   hvd_tensor_args tensor = HVD_TENSOR_ARGS_INIT;
   tensor.input = &input;
   hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
@@ -234,7 +235,8 @@ int main(void) {
   expect(grouped_sum_with_newer_entries(), "an array of larger hvd_tensor_args is read at the caller's element size");
   expect(unequal_entries_are_refused(), "entries with different struct_size are refused, naming the entry");
   expect(enqueue_reads_nothing_past_struct_size(), "hvd_enqueue reads nothing past the caller's struct_size");
-  expect(shape_past_64_bits_is_refused(), "a shape whose byte size overflows 64 bits is refused");
+  expect(shape_past_64_bits_is_refused(1), "a shape whose byte size overflows 64 bits is refused");
+  expect(shape_past_64_bits_is_refused(0), "an empty tensor whose other dimensions overflow 64 bits is refused");
 
   /* The DLPack header is DLPack's own: its version and newer types are there. */
   expect(DLPACK_MAJOR_VERSION >= 1 && sizeof(struct DLManagedTensorVersioned) > sizeof(DLTensor),
