@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -269,9 +270,20 @@ void scale_copy_typed(T* dst, const T* src, size_t count, double factor) {
     for (size_t i = 0; i < count; ++i) dst[i] = src[i] * f;
   } else if constexpr (std::is_floating_point_v<T>) {
     for (size_t i = 0; i < count; ++i) dst[i] = src[i] * factor;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    for (size_t i = 0; i < count; ++i) dst[i] = static_cast<bool>(static_cast<double>(src[i]) * factor);
   } else {
-    // static_cast from double truncates toward zero.
-    for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]) * factor);
+    // Truncates toward zero, and saturates: a product outside T's range
+    // (a large scale factor) would make the conversion undefined.
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+    for (size_t i = 0; i < count; ++i) {
+      double v = static_cast<double>(src[i]) * factor;
+      dst[i] = v != v    ? T(0)
+               : v <= lo ? std::numeric_limits<T>::min()
+               : v >= hi ? std::numeric_limits<T>::max()
+                         : static_cast<T>(v);
+    }
   }
 }
 
