@@ -15,6 +15,8 @@
 // error with a known code and a message; every accepted one completes.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/dtype.h"
@@ -187,8 +190,10 @@ int32_t alloc_output(void*, size_t, int32_t ndim, const int64_t* shape, DLDataTy
 
 // Counted in a global: a struct_size that ends between on_done and
 // on_done_ctx gives the callback a NULL context, as the ABI says.
-int done_calls = 0;
-void on_done(void*, hvd_handle*) { ++done_calls; }
+// The engine marks a handle complete (waking hvd_handle_wait) before it
+// calls on_done, so the count is atomic and awaited below.
+std::atomic<int> done_calls{0};
+void on_done(void*, hvd_handle*) { done_calls.fetch_add(1); }
 
 void fuzz_enqueue(FuzzedDataProvider& in, Arena& arena) {
   hvd_enqueue_args full{};
@@ -294,7 +299,11 @@ void fuzz_enqueue(FuzzedDataProvider& in, Arena& arena) {
   }
   hvd_handle_release(handle);
   const bool has_on_done = args->struct_size >= offsetof(hvd_enqueue_args, on_done) + sizeof(hvd_done_fn);
-  if (full.on_done != nullptr && has_on_done && done_calls != 1) fail("on_done was not called exactly once");
+  if (full.on_done != nullptr && has_on_done) {
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (done_calls.load() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    if (done_calls.load() != 1) fail("on_done was not called exactly once");
+  }
 }
 
 void fuzz_queries(FuzzedDataProvider& in, Arena& arena) {
