@@ -286,7 +286,11 @@ typedef int32_t (*hvd_alloc_fn)(void* ctx, size_t tensor_index, int32_t ndim,
                                 void** data /* out */);
 
 /* Called once, on the thread driving the engine (see "Threads" above), when
- * `handle` completes (success or error). The handle stays valid until hvd_handle_release(). */
+ * `handle` completes (success or error). The handle stays valid until hvd_handle_release().
+ * The handle is marked complete just before the call (so hvd_handle_poll() and
+ * hvd_handle_get_result() work inside it): a thread in hvd_handle_wait() may
+ * return while on_done still runs, so keep on_done_ctx alive until on_done
+ * has returned, not merely until the wait does. */
 typedef void (*hvd_done_fn)(void* ctx, hvd_handle* handle);
 
 typedef struct hvd_tensor_args {

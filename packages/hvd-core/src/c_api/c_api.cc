@@ -108,10 +108,24 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
                     "; hvd-core moves CPU and CUDA memory (copy the tensor to one of those first)");
   }
   if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what + " has no shape");
+  const DataType dtype = dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
+  // The byte size must fit int64, counting a zero dimension as 1: the
+  // engine multiplies dimensions in any order to size buffers and messages,
+  // and a wrapped product would describe a small tensor over a caller's
+  // huge (or absent) memory. No real tensor comes near this bound.
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  bool empty = false;
   for (int32_t i = 0; i < t->ndim; ++i) {
     if (t->shape[i] < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension");
+    empty = empty || t->shape[i] == 0;
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(t->shape[i], 1), &bytes)) {
+      throw_error(ErrorCode::kInvalidArgument, what + " has shape " + shape_str(shape_of(*t)) +
+                                                   ", more bytes than a 64-bit size can count");
+    }
   }
-  if (t->strides != nullptr) {
+  const int64_t n = empty ? 0 : bytes / static_cast<int64_t>(dtype_size(dtype));
+  // An empty tensor has no layout to check.
+  if (t->strides != nullptr && n != 0) {
     int64_t expected = 1;
     for (int32_t i = t->ndim - 1; i >= 0; --i) {
       if (t->shape[i] != 1 && t->strides[i] != expected) {
@@ -121,12 +135,7 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
       expected *= t->shape[i];
     }
   }
-  dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
-  if (t->data == nullptr) {
-    int64_t n = 1;
-    for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
-    if (n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
-  }
+  if (t->data == nullptr && n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
   return device;
 }
 
@@ -199,7 +208,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
                     std::to_string(set.id()) + " has " + std::to_string(set.size()) + " ranks");
   }
   // A zeroed struct scales nothing; callers that mean 0 say so with the flag.
-  const bool factors_as_given = (args->flags & HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN) != 0;
+  const bool factors_as_given = (flags & HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN) != 0;
   double prescale = args->prescale_factor == 0.0 && !factors_as_given ? 1.0 : args->prescale_factor;
   double postscale = args->postscale_factor == 0.0 && !factors_as_given ? 1.0 : args->postscale_factor;
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
@@ -494,6 +503,9 @@ hvd_error* hvd_enqueue(const hvd_enqueue_args* args, hvd_handle** handle) {
     hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "hvd_enqueue: args and handle must not be NULL");
   }
   *handle = nullptr;
+  // Before any field is read: a caller's struct may end right after struct_size.
+  hvd::require_struct(args->struct_size, offsetof(hvd_enqueue_args, num_tensors) + sizeof(size_t),
+                      "hvd_enqueue_args");
   auto engine = Engine::get();
   auto set = engine->process_set(args->process_set_id);
   if (set->member() < 0) {

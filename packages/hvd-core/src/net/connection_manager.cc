@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -348,6 +349,15 @@ struct ConnectionManager::Impl {
             if (target != static_cast<uint32_t>(my_rank)) {
               reject(p, "addressed to rank " + std::to_string(target) + ", this is rank " +
                             std::to_string(my_rank));
+              return true;
+            }
+            // Only a higher rank dials (connect()), and connect() can claim
+            // only ranks that fit an int: a connection from any other rank
+            // would wait unclaimed, holding its descriptor, until shutdown.
+            if (p.dialer_rank <= static_cast<uint32_t>(my_rank) ||
+                p.dialer_rank > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+              reject(p, "claims to be rank " + std::to_string(p.dialer_rank) + ", but only ranks above " +
+                            std::to_string(my_rank) + " dial rank " + std::to_string(my_rank));
               return true;
             }
             if (tag_len == 0 || tag_len > kMaxTagBytes) {

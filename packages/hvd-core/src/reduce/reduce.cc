@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <cpuid.h>
 #endif
 
 #include "common/error.h"
@@ -210,7 +212,13 @@ __attribute__((target("avx,f16c"))) void narrow_half_f16c(uint16_t* out, const f
   for (; i < n; ++i) out[i] = float_to_half(in[i]);
 }
 
-const bool kHasF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+// F16C from CPUID leaf 1 rather than __builtin_cpu_supports("f16c"), which
+// clang before 15 does not know (the fuzz targets build the engine with clang).
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+const bool kHasF16c = __builtin_cpu_supports("avx") && cpu_has_f16c();
 #endif
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
@@ -262,9 +270,20 @@ void scale_copy_typed(T* dst, const T* src, size_t count, double factor) {
     for (size_t i = 0; i < count; ++i) dst[i] = src[i] * f;
   } else if constexpr (std::is_floating_point_v<T>) {
     for (size_t i = 0; i < count; ++i) dst[i] = src[i] * factor;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    for (size_t i = 0; i < count; ++i) dst[i] = static_cast<bool>(static_cast<double>(src[i]) * factor);
   } else {
-    // static_cast from double truncates toward zero.
-    for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]) * factor);
+    // Truncates toward zero, and saturates: a product outside T's range
+    // (a large scale factor) would make the conversion undefined.
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+    for (size_t i = 0; i < count; ++i) {
+      double v = static_cast<double>(src[i]) * factor;
+      dst[i] = v != v    ? T(0)
+               : v <= lo ? std::numeric_limits<T>::min()
+               : v >= hi ? std::numeric_limits<T>::max()
+                         : static_cast<T>(v);
+    }
   }
 }
 

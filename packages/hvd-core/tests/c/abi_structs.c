@@ -6,11 +6,14 @@
  * its own element size. Also the HVD_*_INIT initializers and the DLPack
  * header's own definitions. One process, no launcher. Run by
  * tests/python/test_packaging.py. */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS */
 #include <hvd/c_api.h>
 
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -102,6 +105,83 @@ static int unequal_entries_are_refused(void) {
   return refused;
 }
 
+/* `size` zeroed bytes that end where an inaccessible page begins: a library
+ * that reads a struct past its struct_size crashes here at once. */
+static void* guarded(size_t size) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char* base = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED || mprotect(base + page, page, PROT_NONE) != 0) return NULL;
+  memset(base + page - size, 0, size);
+  return base + page - size;
+}
+
+/* Found by tests/fuzz/fuzz_c_api: hvd_enqueue read process_set_id before
+ * checking struct_size, and the scale-factor code read `flags` (since 1.1)
+ * whatever struct_size said. Both read past a smaller caller's struct. */
+static int enqueue_reads_nothing_past_struct_size(void) {
+  int ok = 1;
+  hvd_handle* handle = NULL;
+  hvd_enqueue_args* tiny = guarded(sizeof(size_t));
+  tiny->struct_size = sizeof(size_t);
+  hvd_error* err = hvd_enqueue(tiny, &handle);
+  ok = ok && err != NULL && hvd_error_get_code(err) == HVD_ERROR_INVALID_ARGUMENT &&
+       strstr(message(err), "hvd_enqueue_args") != NULL && handle == NULL;
+  if (err != NULL) hvd_error_destroy(err);
+
+  /* ABI 1.0's hvd_enqueue_args ended with on_done_ctx. */
+  const size_t size_1_0 = offsetof(hvd_enqueue_args, on_done_ctx) + sizeof(void*);
+  float value = 3.0f, out = 0.0f;
+  int64_t shape[1] = {1};
+  DLTensor input = {&value, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+  DLTensor output = {&out, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+  hvd_tensor_args tensor = HVD_TENSOR_ARGS_INIT;
+  tensor.input = &input;
+  tensor.output = &output;
+  tensor.name = "abi10.sum";
+  tensor.name_len = 9;
+  hvd_enqueue_args* old = guarded(size_1_0);
+  old->struct_size = size_1_0;
+  old->collective = HVD_ALLREDUCE;
+  old->reduce_op = HVD_OP_SUM;
+  old->tensors = &tensor;
+  old->num_tensors = 1;
+  err = hvd_enqueue(old, &handle);
+  if (err == NULL) err = hvd_handle_wait(handle, 60.0);
+  ok = ok && err == NULL && out == 3.0f;
+  if (err != NULL) {
+    printf("ABI 1.0 enqueue: %s\n", message(err));
+    hvd_error_destroy(err);
+  }
+  if (handle != NULL) hvd_handle_release(handle);
+  return ok;
+}
+
+/* Found by tests/fuzz/fuzz_c_api: the element count was multiplied without
+ * an overflow check, so shape {2^49, 2^49} counted 0 elements and passed
+ * without a data pointer; and the engine multiplies the dimensions of an
+ * empty tensor too, so {2^49, 2^49, 0} overflowed there. */
+static int shape_past_64_bits_is_refused(int64_t last_dim) {
+  int64_t shape[3] = {(int64_t)1 << 49, (int64_t)1 << 49, last_dim};
+  DLTensor input = {NULL, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, NULL, 0};
+  hvd_tensor_args tensor = HVD_TENSOR_ARGS_INIT;
+  tensor.input = &input;
+  hvd_enqueue_args args = HVD_ENQUEUE_ARGS_INIT;
+  args.collective = HVD_ALLREDUCE;
+  args.reduce_op = HVD_OP_SUM;
+  args.tensors = &tensor;
+  args.num_tensors = 1;
+  hvd_handle* handle = NULL;
+  hvd_error* err = hvd_enqueue(&args, &handle);
+  int refused = err != NULL && hvd_error_get_code(err) == HVD_ERROR_INVALID_ARGUMENT &&
+                strstr(message(err), "64-bit") != NULL && handle == NULL;
+  if (err != NULL) hvd_error_destroy(err);
+  if (handle != NULL) {
+    hvd_handle_wait(handle, 10.0);
+    hvd_handle_release(handle);
+  }
+  return refused;
+}
+
 int main(void) {
   hvd_init_args init = HVD_INIT_ARGS_INIT;
   expect(init.struct_size == HVD_INIT_ARGS_STRUCT_SIZE && init.num_process_sets == 0 &&
@@ -154,6 +234,9 @@ int main(void) {
 
   expect(grouped_sum_with_newer_entries(), "an array of larger hvd_tensor_args is read at the caller's element size");
   expect(unequal_entries_are_refused(), "entries with different struct_size are refused, naming the entry");
+  expect(enqueue_reads_nothing_past_struct_size(), "hvd_enqueue reads nothing past the caller's struct_size");
+  expect(shape_past_64_bits_is_refused(1), "a shape whose byte size overflows 64 bits is refused");
+  expect(shape_past_64_bits_is_refused(0), "an empty tensor whose other dimensions overflow 64 bits is refused");
 
   /* The DLPack header is DLPack's own: its version and newer types are there. */
   expect(DLPACK_MAJOR_VERSION >= 1 && sizeof(struct DLManagedTensorVersioned) > sizeof(DLTensor),

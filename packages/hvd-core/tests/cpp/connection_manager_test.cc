@@ -156,6 +156,21 @@ HVD_TEST(wrong_secret_client_is_rejected_counted_and_never_handed_out) {
   EXPECT_THROWS_CODE(cm0.connect(1, "job/x"), ErrorCode::kInternal);
 }
 
+// Found by fuzz_handshake: a hello from a rank that never dials this one
+// (itself, a lower rank, one above INT_MAX that connect() cannot name) was
+// answered and, with the right proof, parked as unclaimable until shutdown.
+HVD_TEST(hello_from_a_rank_that_cannot_dial_here_is_rejected_unanswered) {
+  ConnectionManager cm1(1, "secret", "127.0.0.1", 1.0);
+  for (uint32_t dialer : {0u, 1u, 0x80000000u, 0xffffffffu}) {
+    int fd = raw_connect(port_of(cm1));
+    std::string hello = hello_for(dialer, 1, std::string(16, 'n'), "job/x");
+    EXPECT_TRUE(::write(fd, hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
+    EXPECT_EQ(read_n(fd, 48).size(), size_t(0));  // closed without a nonce or proof
+    ::close(fd);
+  }
+  EXPECT_TRUE(wait_until([&] { return cm1.rejected_connections() >= 4; }, 2.0));
+}
+
 HVD_TEST(wrong_secret_peer_fails_to_connect_on_both_sides) {
   ConnectionManager cm0(0, "right", "127.0.0.1", 1.0), cm1(1, "wrong", "127.0.0.1", 1.0);
   std::vector<std::string> addresses{cm0.address(), cm1.address()};

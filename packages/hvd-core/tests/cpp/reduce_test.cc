@@ -171,6 +171,24 @@ HVD_TEST(scale_truncates_integers_toward_zero_and_rounds_halves) {
   EXPECT_EQ(bf[0], float_to_bfloat16(3.0f));
 }
 
+// Found by fuzz_c_api (UBSan): an integer scaled past its type's range was
+// converted from double without a bound, which is undefined (x86 gives the
+// type's minimum for every such value). It now saturates.
+HVD_TEST(scaling_integers_past_their_range_saturates) {
+  std::vector<int32_t> ints{1000000000, -1000000000, 5};
+  scale_buffer(ints.data(), ints.size(), DataType::kInt32, 1e10);
+  EXPECT_EQ(ints[0], std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(ints[1], std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(ints[2], std::numeric_limits<int32_t>::max());
+  std::vector<int8_t> bytes{100, -100};
+  scale_buffer(bytes.data(), bytes.size(), DataType::kInt8, 3.0);
+  EXPECT_EQ(static_cast<int>(bytes[0]), 127);
+  EXPECT_EQ(static_cast<int>(bytes[1]), -128);
+  std::vector<int64_t> longs{1};
+  scale_buffer(longs.data(), 1, DataType::kInt64, 1e300);
+  EXPECT_EQ(longs[0], std::numeric_limits<int64_t>::max());
+}
+
 HVD_TEST(float32_scaling_uses_a_float_factor_as_horovod_does) {
   // Horovod multiplies float32 buffers by the factor rounded to float (its
   // tests compute expected values the same way): x * float(0.3), not the

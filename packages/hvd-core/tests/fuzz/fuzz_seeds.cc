@@ -1,6 +1,8 @@
 // fuzz_seeds.cc - writes small seed corpora for the fuzz targets, made by
 // the encoders themselves: <dir>/message, <dir>/control_channel and
-// <dir>/http_response. Usage: fuzz_seeds <dir> (the subdirectories must exist).
+// <dir>/http_response; and hellos for <dir>/handshake (the layout
+// fuzz_handshake.cc describes). Usage: fuzz_seeds <dir> (the subdirectories
+// must exist).
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -88,6 +90,27 @@ int main(int argc, char** argv) {
        write_file(dir + "/http_response/not_found",
                   "HTTP/1.0 404 Not Found\r\nServer: x\r\ncontent-length: 0\r\n\r\n") &&
        write_file(dir + "/http_response/no_length", "HTTP/1.1 403 Forbidden\r\n\r\nbad signature\n");
+  // Handshakes: mode, hello length (2 bytes), hello, then the rest. A hello
+  // is "HVD1" | dialer u32 | acceptor u32 | tag length u16 | nonce[16] | tag.
+  auto hello = [](uint32_t dialer, uint32_t acceptor, const std::string& tag) {
+    std::string h("HVD1", 4);
+    for (uint32_t v : {dialer, acceptor}) {
+      for (int i = 0; i < 4; ++i) h.push_back(static_cast<char>(v >> (24 - 8 * i)));
+    }
+    h.push_back(static_cast<char>(tag.size() >> 8));
+    h.push_back(static_cast<char>(tag.size() & 0xff));
+    return h + std::string(16, 'n') + tag;
+  };
+  auto handshake = [](uint8_t mode, const std::string& h, const std::string& rest) {
+    std::string out(1, static_cast<char>(mode));
+    out.push_back(static_cast<char>(h.size() >> 8));
+    out.push_back(static_cast<char>(h.size() & 0xff));
+    return out + h + rest;
+  };
+  ok = ok && write_file(dir + "/handshake/honest", handshake(1, hello(1, 0, "ps0/ctrl"), "first frame")) &&
+       write_file(dir + "/handshake/wrong_proof", handshake(3, hello(3, 0, "ps0/ring"), "")) &&
+       write_file(dir + "/handshake/no_secret", handshake(0, hello(1, 0, "ps0/ctrl"), std::string(32, 'p'))) &&
+       write_file(dir + "/handshake/other_rank", handshake(1, hello(2, 5, "t"), ""));
   if (!ok) {
     std::perror("fuzz_seeds");
     return 1;

@@ -533,7 +533,13 @@ class RendezvousServer:
 
     def _dispatch(self, method, target, body):
         """Applies an authenticated request; returns (status, body)."""
-        split = urllib.parse.urlsplit(target)
+        # A signed target is still arbitrary text: urlsplit refuses some
+        # absolute forms ("http://[::1/...", an unclosed IPv6 host) with
+        # ValueError, which would end the handler thread without an answer.
+        try:
+            split = urllib.parse.urlsplit(target)
+        except ValueError:
+            return 400, b"malformed request target\n"
         query = urllib.parse.parse_qs(split.query)
         if split.path.startswith("/v1/kv/"):
             key = urllib.parse.unquote_to_bytes(split.path[len("/v1/kv/"):])
