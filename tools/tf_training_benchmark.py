@@ -19,6 +19,10 @@ import sys
 import tempfile
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import allreduce_benchmark as ab  # noqa: E402  (its process waiting)
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
@@ -260,21 +264,9 @@ def _self_cmd(role, out, args):
 
 
 def _wait(procs, timeout, what):
-    deadline = time.monotonic() + timeout
-    logs, ok = [], True
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                if q.poll() is None:
-                    q.kill()
-            out, _ = p.communicate()
-            ok = False
-        logs.append(out or "")
-        ok = ok and p.returncode == 0
+    ok, log = ab._wait_all(procs, timeout)
     if not ok:
-        print("! %s failed; its output:\n%s" % (what, "\n".join(logs)[-6000:]), flush=True)
+        print("! %s failed; its output:\n%s" % (what, log[-6000:]), flush=True)
     return ok
 
 

@@ -16,13 +16,6 @@ inline uint32_t load_le(const uint8_t* p) {
   return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
 }
 
-inline void quarter_round(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
-  a += b; d ^= a; d = rotl(d, 16);
-  c += d; b ^= c; b = rotl(b, 12);
-  a += b; d ^= a; d = rotl(d, 8);
-  c += d; b ^= c; b = rotl(b, 7);
-}
-
 void setup(const uint8_t key[32], const uint8_t nonce[12], uint32_t counter, uint32_t input[16]) {
   input[0] = 0x61707865;  // "expand 32-byte k"
   input[1] = 0x3320646e;
@@ -34,23 +27,24 @@ void setup(const uint8_t key[32], const uint8_t nonce[12], uint32_t counter, uin
 }
 
 #if defined(__GNUC__) || defined(__clang__)
+#define HVD_CHACHA20_FOUR_BLOCKS 1
 typedef uint32_t Lanes __attribute__((vector_size(16)));  // word i of four consecutive blocks
 
 inline Lanes rotl(Lanes x, int n) { return (x << n) | (x >> (32 - n)); }
+#endif
 
-inline void quarter_round(Lanes& a, Lanes& b, Lanes& c, Lanes& d) {
+// Word: uint32_t (one block) or Lanes (four blocks, one per lane).
+template <typename Word>
+inline void quarter_round(Word& a, Word& b, Word& c, Word& d) {
   a += b; d ^= a; d = rotl(d, 16);
   c += d; b ^= c; b = rotl(b, 12);
   a += b; d ^= a; d = rotl(d, 8);
   c += d; b ^= c; b = rotl(b, 7);
 }
 
-// XORs four blocks' keystream (counters input[12] .. +3) into data[0, 256).
-void xor_four_blocks(const uint32_t input[16], uint8_t* data) {
-  Lanes start[16], x[16];
-  for (int i = 0; i < 16; ++i) start[i] = Lanes{input[i], input[i], input[i], input[i]};
-  start[12] += Lanes{0, 1, 2, 3};
-  for (int i = 0; i < 16; ++i) x[i] = start[i];
+// The 20 rounds: 10 double rounds, columns then diagonals.
+template <typename Word>
+void twenty_rounds(Word x[16]) {
   for (int round = 0; round < 10; ++round) {
     quarter_round(x[0], x[4], x[8], x[12]);
     quarter_round(x[1], x[5], x[9], x[13]);
@@ -61,6 +55,17 @@ void xor_four_blocks(const uint32_t input[16], uint8_t* data) {
     quarter_round(x[2], x[7], x[8], x[13]);
     quarter_round(x[3], x[4], x[9], x[14]);
   }
+}
+
+#ifdef HVD_CHACHA20_FOUR_BLOCKS
+
+// XORs four blocks' keystream (counters input[12] .. +3) into data[0, 256).
+void xor_four_blocks(const uint32_t input[16], uint8_t* data) {
+  Lanes start[16], x[16];
+  for (int i = 0; i < 16; ++i) start[i] = Lanes{input[i], input[i], input[i], input[i]};
+  start[12] += Lanes{0, 1, 2, 3};
+  for (int i = 0; i < 16; ++i) x[i] = start[i];
+  twenty_rounds(x);
   for (int i = 0; i < 16; ++i) x[i] += start[i];
   for (int block = 0; block < 4; ++block) {
     uint8_t* out = data + 64 * block;
@@ -73,7 +78,6 @@ void xor_four_blocks(const uint32_t input[16], uint8_t* data) {
     }
   }
 }
-#define HVD_CHACHA20_FOUR_BLOCKS 1
 #endif
 
 }  // namespace
@@ -83,16 +87,7 @@ void chacha20_block(const uint8_t key[32], const uint8_t nonce[12], uint32_t cou
   setup(key, nonce, counter, input);
   uint32_t x[16];
   std::memcpy(x, input, sizeof(x));
-  for (int round = 0; round < 10; ++round) {  // 10 double rounds: columns, then diagonals
-    quarter_round(x[0], x[4], x[8], x[12]);
-    quarter_round(x[1], x[5], x[9], x[13]);
-    quarter_round(x[2], x[6], x[10], x[14]);
-    quarter_round(x[3], x[7], x[11], x[15]);
-    quarter_round(x[0], x[5], x[10], x[15]);
-    quarter_round(x[1], x[6], x[11], x[12]);
-    quarter_round(x[2], x[7], x[8], x[13]);
-    quarter_round(x[3], x[4], x[9], x[14]);
-  }
+  twenty_rounds(x);
   for (int i = 0; i < 16; ++i) {
     uint32_t v = x[i] + input[i];
     out[4 * i] = static_cast<uint8_t>(v);
