@@ -103,3 +103,20 @@ def test_cuda_tensors_come_back_on_their_device_and_train(size):
     reports = torch_ranks.run_program_ok(size, "collectives:cuda_tensors_and_training", timeout=180)
     for rank, report in enumerate(reports):
         assert all(report.values()), "rank %d: %s" % (rank, report)
+
+
+# test_cuda.py's rank programs run only where a GPU is; run them here on CPU
+# tensors (the "device" result then comes from the CPU engine too, so the
+# comparison is trivially equal) so that the programs keep working between
+# the GPU sessions that run them for real.
+def test_the_gpu_rank_programs_still_run_on_cpu_tensors():
+    reports = torch_ranks.run_program_ok(2, "cuda:every_collective_matches_the_cpu_engine", timeout=180,
+                                         kwargs={"device": "cpu"})
+    failures = {k: v for report in reports for k, v in report.items() if v is not None}
+    assert not failures, failures
+    # Every check ran: 14 per integer dtype, 15 per float, 11 for bool, the one-rank set (on rank 1).
+    assert len(reports[0]) == 5 * 14 + 4 * 15 + 11, sorted(reports[0])
+    assert len(reports[1]) == 5 * 14 + 4 * 15 + 11 + 1, sorted(reports[1])
+    for rank, report in enumerate(torch_ranks.run_program_ok(2, "cuda:training_matches_the_cpu", timeout=180,
+                                                             kwargs={"device": "cpu"})):
+        assert report and all(report.values()), "rank %d: %s" % (rank, report)

@@ -1,22 +1,12 @@
 # torch_ranks.py - runs N real hvd ranks (horovod.common.testing) for
-# hvd-torch's tests: a function of a module in rank_programs/ (run_program*),
-# or, for test_cuda.py's GPU-only checks, a torch snippet with
-# `import horovod.torch as hvd` in front (run, run_ok).
-"""Helpers to run rank programs (or torch snippets) as N real hvd ranks."""
+# hvd-torch's tests: a function of a module in rank_programs/.
+"""Helpers to run rank programs as N real hvd ranks."""
 
 import os
 
 from horovod.common import testing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-PREAMBLE = """
-import json, os, sys, time
-import torch
-import horovod.torch as hvd
-# Ranks share two cores: intra-op threads would only contend.
-torch.set_num_threads(1)
-"""
 
 
 def run_program(size, target, timeout=120, env=None, **kwargs):
@@ -31,11 +21,3 @@ def run_program(size, target, timeout=120, env=None, **kwargs):
 def run_program_ok(size, target, timeout=120, env=None, **kwargs):
     """Like run_program(), but every rank must exit 0; returns what each rank reported."""
     return testing.run_program_ok(size, "rank_programs." + target, path=HERE, timeout=timeout, env=env, **kwargs)
-
-
-def run(size, code, timeout=120, env=None, **kwargs):
-    return testing.run(size, code, preamble=PREAMBLE, timeout=timeout, env=env, **kwargs)
-
-
-def run_ok(size, code, timeout=120, env=None, **kwargs):
-    return testing.run_ok(size, code, preamble=PREAMBLE, timeout=timeout, env=env, **kwargs)
