@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 6
+#define HVD_API_MINOR 7
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -391,6 +391,18 @@ HVD_EXPORT int32_t hvd_handle_poll(const hvd_handle* handle);
 /* Waits for completion. timeout_seconds < 0 waits forever. Returns NULL on
  * success, the operation's error, or HVD_ERROR_TIMEOUT (still in flight). */
 HVD_EXPORT hvd_error* hvd_handle_wait(hvd_handle* handle, double timeout_seconds);
+
+/* Since 1.7: hvd_enqueue() and hvd_handle_wait(timeout_seconds) in one call,
+ * for synchronous callers of small collectives, which cost mostly call
+ * overhead (set HVD_ENQUEUE_CALLER_WAITS so that the wait drives the engine).
+ * - The operation completed within the timeout: its handle is already
+ *   released, *handle is NULL, and the operation's error (NULL: success) is
+ *   returned.
+ * - It is still in flight: *handle receives its handle and NULL is returned;
+ *   the caller goes on as after hvd_enqueue() (wait, then release).
+ * - The enqueue failed: its error is returned and *handle is NULL. */
+HVD_EXPORT hvd_error* hvd_enqueue_wait(const hvd_enqueue_args* args, double timeout_seconds,
+                                       hvd_handle** handle /* out */);
 
 typedef struct hvd_result {
   size_t struct_size;   /* in: HVD_RESULT_STRUCT_SIZE */

@@ -524,6 +524,23 @@ hvd_error* hvd_enqueue(const hvd_enqueue_args* args, hvd_handle** handle) {
   HVD_API_END
 }
 
+hvd_error* hvd_enqueue_wait(const hvd_enqueue_args* args, double timeout_seconds, hvd_handle** handle) {
+  hvd_error* enqueue_error = hvd_enqueue(args, handle);
+  if (enqueue_error != nullptr) return enqueue_error;
+  hvd_handle* h = *handle;
+  HVD_API_BEGIN
+  if (!hvd::handle_wait(h, timeout_seconds)) return nullptr;  // in flight: the caller has *handle
+  *handle = nullptr;
+  if (!h->failed) {
+    hvd::handle_unref(h);
+    return nullptr;
+  }
+  const hvd::Error error = h->error;
+  hvd::handle_unref(h);
+  throw error;
+  HVD_API_END
+}
+
 int32_t hvd_handle_poll(const hvd_handle* handle) {
   return handle != nullptr && handle->completed.load(std::memory_order_acquire) ? 1 : 0;
 }

@@ -93,6 +93,30 @@ int main(void) {
     printf("%s\n", failed ? " WRONG" : " ok");
   }
 
+  /* The same sum again through hvd_enqueue_wait (ABI 1.7), enqueue and wait
+   * in one call: a NULL handle back means done and released already. */
+  if (!failed && minor >= 7) {
+    for (i = 0; i < NUM_ELEMENTS; ++i) values[i] = (float)((topology.rank + 1) * (i + 1));
+    name = "allreduce.example.enqueue_wait";
+    tensor_args.name = name;
+    tensor_args.name_len = strlen(name);
+    enqueue_args.flags |= HVD_ENQUEUE_CALLER_WAITS;
+    handle = NULL;
+    failed = report("hvd_enqueue_wait", hvd_enqueue_wait(&enqueue_args, 60.0, &handle));
+    if (handle != NULL) { /* still in flight after 60 s: wait on as usual */
+      failed = report("hvd_handle_wait", hvd_handle_wait(handle, 60.0)) || failed;
+      hvd_handle_release(handle);
+    }
+    if (!failed) {
+      float expected_factor = (float)topology.size * (float)(topology.size + 1) / 2.0f;
+      for (i = 0; i < NUM_ELEMENTS; ++i) {
+        if (values[i] != expected_factor * (float)(i + 1)) failed = 1;
+      }
+      printf("rank %d of %d: hvd_enqueue_wait result%s\n", (int)topology.rank, (int)topology.size,
+             failed ? " WRONG" : " ok");
+    }
+  }
+
   if (report("hvd_shutdown", hvd_shutdown())) failed = 1;
   return failed ? 1 : 0;
 }

@@ -205,6 +205,7 @@ def test_c_example_allreduce_runs_as_a_single_process(allreduce_example):
                             env=_clean_env(), timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 of 1: allreduce result 1 2 3 4 ok" in result.stdout
+    assert "rank 0 of 1: hvd_enqueue_wait result ok" in result.stdout
 
 
 @needs_cmake
@@ -253,6 +254,7 @@ def test_c_example_allreduce_sums_over_two_processes(allreduce_example):
         assert process.returncode == 0, report
         # Ranks contribute 1x and 2x [1 2 3 4]: the sum is 3x.
         assert "rank %d of 2: allreduce result 3 6 9 12 ok" % rank in output, report
+        assert "rank %d of 2: hvd_enqueue_wait result ok" % rank in output, report
 
 
 # -- locating the library ------------------------------------------------------

@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError, HorovodUnsupportedError
 
 API_MAJOR = 1
-API_MINOR = 6  # this package relies on HVD_ENQUEUE_SCALE_FACTORS_AS_GIVEN (1.6)
+API_MINOR = 7  # this package relies on hvd_enqueue_wait (1.7)
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -129,6 +129,8 @@ def _declare(lib):
     lib.hvd_get_process_set_ids.restype = err
     lib.hvd_enqueue.argtypes = [c_void_p, POINTER(c_void_p)]
     lib.hvd_enqueue.restype = err
+    lib.hvd_enqueue_wait.argtypes = [c_void_p, c_double, POINTER(c_void_p)]
+    lib.hvd_enqueue_wait.restype = err
     lib.hvd_handle_poll.argtypes = [c_void_p]
     lib.hvd_handle_poll.restype = c_int32
     lib.hvd_handle_wait.argtypes = [c_void_p, c_double]

@@ -5,13 +5,15 @@
 reducescatter, grouped variants, barrier and join."""
 
 import ctypes
+import struct
 
 import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.engine_calls import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
-                                    received_splits, result, run_sync)
+from horovod.common.engine_calls import (HandleManager, TensorDesc, call_sync, copy_owned_result, full_name,
+                                         group_tensor_names, received_splits, result, run_sync, sync_template)
+from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of
 from horovod.common.util import get_average_backwards_compatibility_fun
@@ -44,6 +46,56 @@ except ImportError:  # bfloat16 arrays need ml_dtypes; nothing else does
     pass
 
 
+# Synchronous allreduce/broadcast calls keep their argument blocks in the
+# per-thread cache of engine_calls.thread_sync(), keyed (collective, name,
+# shape, op, factors, process set id, in place) -> (dtype, packed block, its
+# address, input and output pointer offsets). A hit skips describing the
+# array, naming the tensor and finding the block: for a small collective
+# those cost more than the engine does. The dtype is compared by identity
+# (numpy's native dtypes are singletons; anything else takes the general
+# path, which checks it).
+_MAX_SYNC_BLOCKS = 4096
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _address_if_simple(array):
+    """The data address of a writable, C-contiguous, non-empty ndarray (what
+    ctypes' from_buffer accepts), or None for anything else."""
+    try:
+        return _addressof(_from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        return None
+
+
+def _run_cached(key, tensor, output, collective, name, process_set_id, op, root_rank, prescale_factor,
+                postscale_factor):
+    """Runs a synchronous single-tensor collective from the per-thread block
+    cache; returns False (having done nothing) when `tensor` (or `output`, if
+    not in place) is not a plain writable array the cache can take."""
+    state = _thread_sync()
+    entry = state.blocks.get(key)
+    if entry is None or entry[0] is not tensor.dtype:
+        entry = _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank, prescale_factor,
+                            postscale_factor)
+        if entry is None:
+            return False
+        if len(state.blocks) >= _MAX_SYNC_BLOCKS:
+            state.blocks.clear()
+        state.blocks[key] = entry
+    try:
+        in_ptr = _addressof(_from_buffer(tensor))
+        out_ptr = in_ptr if output is tensor else _addressof(_from_buffer(output))
+    except (TypeError, ValueError, BufferError):
+        return False
+    _, buf, base, in_offset, out_offset = entry
+    _POINTER_PACK(buf, in_offset, in_ptr)
+    if out_offset is not None:
+        _POINTER_PACK(buf, out_offset, out_ptr)
+    call_sync(base, tensor if output is tensor else (tensor, output), state)
+    return True
+
+
 def _clear_handles():
     _handles.clear()
 
@@ -67,6 +119,9 @@ def _describe(array, what="tensor", written=False):
     return TensorDesc(pointer, array.shape, *code_bits)
 
 
+_POINTER_PACK = struct.Struct("<Q").pack_into
+
+
 def _refuse(array, what, written):
     """Raises the error that says why _describe cannot take `array`."""
     if written and not array.flags.writeable:
@@ -79,6 +134,25 @@ def _refuse(array, what, written):
     if _DLPACK_TYPES.get(array.dtype) is None:
         raise ValueError("Tensor type %s is not supported." % array.dtype.name)
     raise ValueError("Tensor is required to be contiguous.")
+
+
+def _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank, prescale_factor,
+                postscale_factor):
+    """A _sync_blocks entry for these arguments, or None when `tensor` or
+    `output` is something the general path has to check (and refuse with
+    its error, or take: read-only inputs, empty arrays)."""
+    if _DLPACK_TYPES.get(tensor.dtype) is None or _address_if_simple(tensor) is None:
+        return None
+    if output is not tensor and (output.dtype is not tensor.dtype or _address_if_simple(output) is None):
+        return None
+    desc = _describe(tensor)
+    out_desc = desc if output is tensor else _describe(output)
+    return (tensor.dtype,) + sync_template(collective, desc, out_desc, full_name(_NAMES[collective], name),
+                                           process_set_id, op, root_rank, prescale_factor, postscale_factor)
+
+
+_NAMES = {c_api.ALLREDUCE: "allreduce", c_api.BROADCAST: "broadcast"}
+_ALLREDUCE = c_api.ALLREDUCE
 
 
 def _owned_result_to_numpy(c_handle, index, dtype):
@@ -140,10 +214,17 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     Returns:
         An array of the same shape and type as `tensor`, reduced across all processes.
     """
-    op = _average_compat(op, average)
+    if op is None or average is not None:
+        op = _average_compat(op, average)
+    process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
+        output = np.empty_like(tensor)
+        key = (_ALLREDUCE, name, tensor.shape, op, prescale_factor, postscale_factor, process_set_id, False)
+        if _run_cached(key, tensor, output, _ALLREDUCE, name, process_set_id, op, 0, prescale_factor,
+                       postscale_factor):
+            return output
     desc = _describe(tensor)
     output = np.empty_like(tensor)
-    process_set_id = process_set_id_of(process_set)
     run_sync(c_api.ALLREDUCE, desc, _describe(output), full_name("allreduce", name), process_set_id,
              op, 0, prescale_factor, postscale_factor, keepalive=(tensor, output))
     return output
@@ -160,9 +241,15 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce; returns `tensor`, which holds the result."""
-    op = _average_compat(op, average)
+    if op is None or average is not None:
+        op = _average_compat(op, average)
+    process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
+        key = (_ALLREDUCE, name, tensor.shape, op, prescale_factor, postscale_factor, process_set_id, True)
+        if _run_cached(key, tensor, tensor, _ALLREDUCE, name, process_set_id, op, 0, prescale_factor,
+                       postscale_factor):
+            return tensor
     desc = _describe(tensor, written=True)
-    process_set_id = process_set_id_of(process_set)
     run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set_id, op, 0,
              prescale_factor, postscale_factor, keepalive=tensor)
     return tensor

@@ -239,6 +239,20 @@ def _wait(library, c_handle, timeout=None):
         library.hvd_error_destroy(err)
 
 
+def sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """A packed argument block for one synchronous single-tensor collective of
+    this signature, and the offsets of its input's and output's data pointers
+    (the output's is None when the block has no output). Not cached: callers
+    keep it (see run_sync and horovod.common.collectives' per-call-site caches)
+    and reuse it on their own thread only."""
+    outputs = None if desc_out is None else [desc_out]
+    buf, data_offsets = _pack(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank,
+                              prescale_factor, postscale_factor, None, True)
+    offsets = [offset for offset, _, _ in data_offsets]
+    return buf, ctypes.c_void_p(ctypes.addressof(buf)), offsets[0], offsets[1] if len(offsets) > 1 else None
+
+
 def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
              postscale_factor=1.0, keepalive=None):
     """Enqueues one single-tensor collective and waits for it: the fast path of
@@ -263,35 +277,83 @@ def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, r
     if template is None:
         if len(cache) >= _MAX_TEMPLATES:
             cache.clear()
-        outputs = None if desc_out is None else [desc_out]
-        buf, data_offsets = _pack(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank,
-                                  prescale_factor, postscale_factor, None, True)
-        template = cache[key] = (buf, ctypes.addressof(buf), [offset for offset, _, _ in data_offsets])
-    buf, base, offsets = template
-    _POINTER.pack_into(buf, offsets[0], desc_in.data_ptr)
-    if len(offsets) > 1:
-        _POINTER.pack_into(buf, offsets[1], desc_out.data_ptr)
-    library = c_api.lib()
+        template = cache[key] = sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op,
+                                              root_rank, prescale_factor, postscale_factor)
+    buf, base, in_offset, out_offset = template
+    _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
+    if out_offset is not None:
+        _POINTER.pack_into(buf, out_offset, desc_out.data_ptr)
+    call_sync(base, keepalive)
+
+
+class _ThreadSync:
+    """Per-thread state of synchronous calls: the handle slot that
+    hvd_enqueue_wait writes, and `blocks`, a cache its users key as they
+    like (horovod.common.collectives keeps its call sites' argument blocks
+    there)."""
+
+    __slots__ = ("slot", "slot_ref", "blocks")
+
+    def __init__(self):
+        self.slot = ctypes.c_void_p()
+        self.slot_ref = ctypes.byref(self.slot)
+        self.blocks = {}
+
+
+def thread_sync():
+    """This thread's _ThreadSync."""
+    state = getattr(_templates, "sync", None)
+    if state is None:
+        state = _templates.sync = _ThreadSync()
+    return state
+
+
+_raw_enqueue_wait = None
+
+
+def raw_enqueue_wait():
+    """hvd_enqueue_wait declared without argtypes: called with ctypes objects
+    only (a c_void_p block address, a c_double, a byref), which ctypes passes
+    without the per-argument conversion checks that cost as much as a small
+    collective's engine work. Returns an hvd_error* as an int (or None)."""
+    global _raw_enqueue_wait
+    if _raw_enqueue_wait is None:
+        function = c_api.lib()["hvd_enqueue_wait"]  # a new function object, not lib().hvd_enqueue_wait
+        function.restype = ctypes.c_void_p
+        _raw_enqueue_wait = function
+    return _raw_enqueue_wait
+
+
+_SLICE = ctypes.c_double(_WAIT_SLICE_SECONDS)
+
+
+def call_sync(base, keepalive, state=None):
+    """Enqueues the packed block at `base` (an address, or a c_void_p holding
+    it; its data pointers filled in) and waits for the operation; see
+    run_sync. Raises the operation's error."""
     if _abandoned:
-        _release_finished_abandoned(library)
-    out = getattr(_templates, "handle_out", None)
-    if out is None:
-        slot = ctypes.c_void_p()
-        out = _templates.handle_out = (slot, ctypes.byref(slot))
-    err = library.hvd_enqueue(base, out[1])
-    if err:
-        c_api.check(err)
-    handle = out[0].value  # copied at once: the slot is reused by the next call
+        _release_finished_abandoned(c_api.lib())
+    if state is None:
+        state = thread_sync()
+    if type(base) is int:
+        base = ctypes.c_void_p(base)
+    # Enqueue, wait one slice and release in one call; only an operation
+    # still in flight after the slice comes back as a handle (in the slot,
+    # which the library clears first, so an interrupt at any point here
+    # finds there what is still in flight).
     try:
-        err = library.hvd_handle_wait(handle, _WAIT_SLICE_SECONDS)
-        if err and library.hvd_error_get_code(err) == c_api.ERROR_TIMEOUT:
-            library.hvd_error_destroy(err)
-            err = _wait(library, handle)
+        err = (_raw_enqueue_wait or raw_enqueue_wait())(base, _SLICE, state.slot_ref)
+        handle = state.slot.value
+        if handle:
+            err = _wait(c_api.lib(), handle)
     except BaseException:
-        with _abandoned_lock:
-            _abandoned[handle] = keepalive
+        handle = state.slot.value
+        if handle:
+            with _abandoned_lock:
+                _abandoned[handle] = keepalive
         raise
-    library.hvd_handle_release(handle)
+    if handle:
+        c_api.lib().hvd_handle_release(handle)
     if err:
         c_api.check(err)
 
