@@ -4,10 +4,17 @@
 # objects.
 """Rank programs for test_collectives.py."""
 
+import json
+import os
+import tempfile
+import threading
+import time
+
 import mxnet as mx
 import numpy as np
 
 import horovod.mxnet as hvd
+from horovod.mxnet import _engine_bridge
 
 DTYPES = ["uint8", "int8", "int32", "int64", "float16", "float32", "float64", "bool"]
 
@@ -247,6 +254,51 @@ def engine_order_is_respected():
     outs = {i: hvd.allreduce(arrays[i], op=hvd.Sum, name="many.%d" % i, priority=i) for i in order}
     results["many"] = [float(outs[i].asnumpy()[0]) for i in range(16)]
     results["size"] = size
+    results.update(_blocking_collectives_are_engine_operations(rank, size))
+    return results
+
+
+def _blocking_collectives_are_engine_operations(rank, size):
+    """allgather (like alltoall and reducescatter) is an operation on MXNet's engine while it waits:
+    a write to its input pushed meanwhile, from another thread, runs after it; MXNet's profiler lists it."""
+    results = {}
+    hvd.barrier()
+    g = mx.nd.ones((1, 2)) * (rank + 1)
+    seen = {}
+    writer = None
+    if rank == size - 1:
+        time.sleep(1.5)  # the late rank: the others' allgathers wait in the engine meanwhile
+    else:
+        def overwrite():
+            deadline = time.monotonic() + 10
+            while _engine_bridge.pending_count() == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            seen["pending_before_write"] = _engine_bridge.pending_count()
+            g[:] = 99
+            g.wait_to_read()
+            seen["pending_after_write"] = _engine_bridge.pending_count()
+        writer = threading.Thread(target=overwrite)
+        writer.start()
+    gathered = hvd.allgather(g, name="blocking_order")
+    if writer is not None:
+        writer.join()
+    results["blocking_gathered"] = gathered.asnumpy()[:, 0].tolist()
+    results["blocking_writer"] = seen
+    # Their names in MXNet's profiler, as MXNet's own operators have.
+    path = os.path.join(tempfile.mkdtemp(), "profile.json")
+    mx.profiler.set_config(profile_imperative=True, aggregate_stats=False, filename=path)
+    mx.profiler.set_state("run")
+    x = mx.nd.ones((2 * size, 2))
+    hvd.allreduce(x, name="profiled").wait_to_read()
+    hvd.allgather(x, name="profiled")
+    hvd.alltoall(x, name="profiled")
+    hvd.reducescatter(x, name="profiled")
+    mx.nd.waitall()
+    mx.profiler.set_state("stop")
+    mx.profiler.dump()
+    with open(path) as f:
+        names = {event.get("name") for event in json.load(f)["traceEvents"]}
+    results["profiled"] = sorted(n for n in names if n and n.startswith("Horovod"))
     return results
 
 

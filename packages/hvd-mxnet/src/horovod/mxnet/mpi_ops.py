@@ -37,10 +37,16 @@ __all__ = [
 ]
 
 
+class AdasumNotSupportedError(NotImplementedError, AssertionError):
+    """op=Adasum given to horovod.mxnet. Horovod's MXNet binding refuses it
+    with an assert, so this is an AssertionError as well."""
+
+
 def _check_op(op, what):
     if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by %s in horovod.mxnet (hvd-core implements Sum, "
-                                  "Average, Min, Max and Product)" % what)
+        raise AdasumNotSupportedError("%s: op=Adasum is not supported by horovod.mxnet, as in Horovod's MXNet "
+                                      "binding; use Average or Sum (Adasum is available in horovod.torch and "
+                                      "horovod.tensorflow)" % what)
 
 
 def _check_tensors(tensors, what="tensor"):
