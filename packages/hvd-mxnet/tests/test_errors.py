@@ -20,6 +20,7 @@ MISMATCH_CASES = {
     "broadcast_root": "broadcast.t",
     "allgather_tail": "allgather.t",
     "reducescatter_shape": "reducescatter.t",
+    "allgather_of_failed_output": "allreduce.chain",
 }
 
 
@@ -37,6 +38,7 @@ def test_mismatch_raises_mxnet_error_on_every_rank(case, size):
         assert MISMATCH_CASES[case] in raised["message"], raised["message"]
         assert "HorovodCollectiveMismatchError" in raised["message"], raised["message"]
         assert report["after"] == [float(size)] * 2  # the engine is still usable
+        assert report["pending"] == 0  # no operation left behind in the bridge
 
 
 def test_dead_peer_fails_pending_collective_on_survivors():

@@ -5,7 +5,8 @@
 import mxnet_ranks
 
 MISMATCH_CASES = ["allreduce_shape", "allreduce_dtype", "allreduce_op", "allreduce_inplace_shape",
-                  "grouped_allreduce_shape", "broadcast_root", "allgather_tail", "reducescatter_shape"]
+                  "grouped_allreduce_shape", "broadcast_root", "allgather_tail", "reducescatter_shape",
+                  "allgather_of_failed_output"]
 
 
 def test_collectives_errors_and_training_on_naive_engine():

@@ -122,9 +122,10 @@ def describe(ndarray):
 
 
 class _Operation:
-    __slots__ = ("body", "keep", "on_complete", "handle", "keep_handle", "failure")
+    __slots__ = ("op_id", "body", "keep", "on_complete", "handle", "keep_handle", "failure")
 
-    def __init__(self, body, keep, keep_handle=False):
+    def __init__(self, op_id, body, keep, keep_handle=False):
+        self.op_id = op_id
         self.body = body
         self.keep = keep
         self.on_complete = None
@@ -239,7 +240,7 @@ def push(body, const_arrays, mutable_arrays, priority=0, name="horovod", keep_ha
     _start_completer()
     op_id = next(_ids)
     keep = (const_arrays, mutable_arrays)
-    op = _Operation(body, keep, keep_handle)
+    op = _Operation(op_id, body, keep, keep_handle)
     with _lock:
         _operations[op_id] = op
     const_handles = (ctypes.c_void_p * max(1, len(const_arrays)))(*[a.handle.value for a in const_arrays])
@@ -292,7 +293,14 @@ def run_and_wait(collective, inputs, names, process_set_id, priority=0, name="ho
         return handle
 
     op = push(body, list(inputs), [done], priority, name, keep_handle=True)
-    done.wait_to_read()
+    try:
+        done.wait_to_read()
+    except MXNetError:
+        # An input's writer failed, so MXNet skipped the operation (it never
+        # fails it itself) and raises that failure: forget the operation.
+        with _lock:
+            _operations.pop(op.op_id, None)
+        raise
     if op.failure is not None:
         raise mxnet_error(op.failure)
     return op.handle
