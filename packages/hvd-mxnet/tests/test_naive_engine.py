@@ -1,7 +1,8 @@
 # test_naive_engine.py - horovod.mxnet on MXNet's synchronous NaiveEngine
 # (MXNET_ENGINE_TYPE=NaiveEngine, MXNet's debugging engine) at 2 ranks:
 # every collective on every dtype, mismatches raising MXNetError at the
-# call on every rank, and a DistributedTrainer equal to one process.
+# call on every rank, and a DistributedTrainer of bfloat16 parameters equal
+# to one process.
 import mxnet_ranks
 
 MISMATCH_CASES = ["allreduce_shape", "allreduce_dtype", "allreduce_op", "allreduce_inplace_shape",
@@ -21,5 +22,6 @@ def test_collectives_errors_and_training_on_naive_engine():
             raised = report["mismatches"][case]
             assert isinstance(raised, dict) and "HorovodCollectiveMismatchError" in raised["message"], (case, raised)
         assert report["mismatches"]["after"] == [2.0, 2.0]
-        assert report["trainer"]["diff"] < 1e-5 and report["trainer"]["moved"] > 1e-3, report["trainer"]
-        assert report["trainer"]["ranks_agree"]
+        # bfloat16 parameters: within test_training.py's bfloat16 tolerance of one process.
+        assert report["trainer"]["diff"] < 2e-2 and report["trainer"]["moved"] > 1e-3, report["trainer"]
+        assert report["trainer"]["ranks_agree"] and report["trainer"]["grad_dtypes"] == ["bfloat16"]

@@ -267,7 +267,7 @@ def _blocking_collectives_are_engine_operations(rank, size):
     seen = {}
     writer = None
     if rank == size - 1:
-        time.sleep(1.5)  # the late rank: the others' allgathers wait in the engine meanwhile
+        time.sleep(1.0)  # the late rank: the others' allgathers wait in the engine meanwhile
     else:
         def overwrite():
             deadline = time.monotonic() + 10

@@ -1,7 +1,7 @@
 # naive.py - rank side of test_naive_engine.py: under MXNET_ENGINE_TYPE=NaiveEngine
 # (MXNet's synchronous engine) every collective runs at the call, a mismatch
 # is an MXNetError raised by the call itself on every rank, and a
-# DistributedTrainer trains as it does on the threaded engine.
+# DistributedTrainer (of bfloat16 parameters) trains as on the threaded engine.
 """Rank programs for test_naive_engine.py."""
 
 import mxnet as mx
@@ -24,6 +24,6 @@ def everything_works_on_naive_engine():
         report["raised_at_call"] = str(e)
     report["collectives"] = collectives.every_collective_every_dtype()
     report["mismatches"] = errors.every_mismatch_raises_mxnet_error()
-    report["trainer"] = training.gluon_trainer_matches_one_process(num_groups=1)
+    report["trainer"] = training.gluon_trainer_matches_one_process(num_groups=1, dtype="bfloat16")
     report["size"] = size
     return report
