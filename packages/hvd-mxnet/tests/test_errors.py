@@ -1,7 +1,8 @@
 # test_errors.py - horovod.mxnet's failures: arguments that differ between
 # ranks are an MXNetError on every rank naming the tensor (never a hang or a
 # crash), after which the engine goes on working; a peer that dies fails the
-# survivors' pending collectives; bad input raises ValueError at the call.
+# survivors' pending collectives; bad input raises ValueError at the call,
+# op=Adasum NotImplementedError (and AssertionError, as in Horovod).
 import functools
 
 import mxnet as mx
@@ -19,6 +20,7 @@ MISMATCH_CASES = {
     "broadcast_root": "broadcast.t",
     "allgather_tail": "allgather.t",
     "reducescatter_shape": "reducescatter.t",
+    "allgather_of_failed_output": "allreduce.chain",
 }
 
 
@@ -36,6 +38,7 @@ def test_mismatch_raises_mxnet_error_on_every_rank(case, size):
         assert MISMATCH_CASES[case] in raised["message"], raised["message"]
         assert "HorovodCollectiveMismatchError" in raised["message"], raised["message"]
         assert report["after"] == [float(size)] * 2  # the engine is still usable
+        assert report["pending"] == 0  # no operation left behind in the bridge
 
 
 def test_dead_peer_fails_pending_collective_on_survivors():
@@ -57,3 +60,8 @@ def test_bad_input_raises_value_error_at_the_call():
         hvd.allreduce([1.0, 2.0])
     with pytest.raises(ValueError, match="integer"):
         hvd.alltoall(mx.nd.zeros((2,)), splits=mx.nd.ones((1,), dtype="float32"))
+    for call in (hvd.allreduce, hvd.allreduce_, hvd.reducescatter):
+        with pytest.raises(NotImplementedError, match="Adasum"):
+            call(mx.nd.zeros((2,)), op=hvd.Adasum)
+    with pytest.raises(AssertionError):  # what Horovod's binding raises (assert op != Adasum)
+        hvd.grouped_allreduce([mx.nd.zeros((2,))], op=hvd.Adasum)

@@ -4,10 +4,17 @@
 # objects.
 """Rank programs for test_collectives.py."""
 
+import json
+import os
+import tempfile
+import threading
+import time
+
 import mxnet as mx
 import numpy as np
 
 import horovod.mxnet as hvd
+from horovod.mxnet import _engine_bridge
 
 DTYPES = ["uint8", "int8", "int32", "int64", "float16", "float32", "float64", "bool"]
 
@@ -119,8 +126,105 @@ def every_collective_every_dtype():
             for g in got:
                 _check(failures, "grouped_reducescatter %s" % dtype, g, full[2 * rank:2 * rank + 2])
             ran += 2
+    ran += _bfloat16_cases(failures, rank, size)
     hvd.barrier()
     return {"failures": failures, "ran": ran}
+
+
+# MXNet's bfloat16: NDArray.dtype is numpy's structured stand-in for it, and
+# values go in and out through float32 (amp_cast).
+BF16 = np.dtype(mx.ndarray.ndarray._DTYPE_MX_TO_NP[12])
+
+
+def _to_bf16(values):
+    return mx.nd.amp_cast(mx.nd.array(values, dtype="float32"), dtype=BF16)
+
+
+def _bf16_rounded(values):
+    """float32 `values` rounded to bfloat16 and back: what a bfloat16 NDArray of them holds."""
+    return mx.nd.amp_cast(_to_bf16(values), dtype="float32").asnumpy()
+
+
+def _check_bf16(failures, what, got, want, exact=True):
+    """`got` must be a bfloat16 NDArray equal to float32 `want` rounded to bfloat16 (within one
+    bfloat16 step when not `exact`: sums of three rounded values may round at each step)."""
+    if not isinstance(got, mx.nd.NDArray) or np.dtype(got.dtype) != BF16:
+        failures.append("%s: got %r, want a bfloat16 NDArray" % (what, getattr(got, "dtype", got)))
+        return
+    got = mx.nd.amp_cast(got, dtype="float32").asnumpy()
+    want = _bf16_rounded(np.asarray(want, dtype=np.float32))
+    ok = got.shape == want.shape and (np.array_equal(got, want) if exact else
+                                      np.allclose(got, want, rtol=2.0 ** -7, atol=0))
+    if not ok:
+        failures.append("%s: got %s %r, want %s %r" % (what, got.shape, got.ravel()[:6].tolist(), want.shape,
+                                                       want.ravel()[:6].tolist()))
+
+
+def _bfloat16_cases(failures, rank, size):
+    """Every collective on bfloat16 NDArrays against float32 references on the bfloat16-rounded inputs.
+
+    `halves` (multiples of 0.5 up to 2.5) and every sum, product and scaled
+    sum of three of them are exact in bfloat16, so those results must match
+    bit for bit; `fractions` round on the way in, and their sums are checked
+    to within one bfloat16 step.
+    """
+    ran = 0
+    shape = (2 * size, 3)
+    n = int(np.prod(shape))
+    halves = [(((np.arange(n) + 3 * r) % 5) * 0.5 - 0.5).reshape(shape).astype(np.float32) for r in range(size)]
+    fractions = [_bf16_rounded((np.arange(n) * 0.1234 + r * 0.777 + 1.0).reshape(shape)) for r in range(size)]
+    stacked = np.stack(halves)
+    mine = _to_bf16(halves[rank])
+    for op_name, op, want, exact in [("sum", hvd.Sum, stacked.sum(0), True), ("min", hvd.Min, stacked.min(0), True),
+                                     ("max", hvd.Max, stacked.max(0), True),
+                                     ("product", hvd.Product, stacked.prod(0), True),
+                                     ("average", hvd.Average, stacked.mean(0), size == 2)]:
+        _check_bf16(failures, "bf16 allreduce %s" % op_name, hvd.allreduce(mine, op=op, name="bf.%s" % op_name),
+                    want, exact)
+        inplace = mine.copy()
+        hvd.allreduce_(inplace, op=op, name="bf_.%s" % op_name)
+        _check_bf16(failures, "bf16 allreduce_ %s" % op_name, inplace, want, exact)
+        ran += 2
+    _check_bf16(failures, "bf16 allreduce input untouched", mine, halves[rank])
+    _check_bf16(failures, "bf16 allreduce rounded inputs",
+                hvd.allreduce(_to_bf16(fractions[rank]), op=hvd.Sum, name="bf.fractions"),
+                np.stack(fractions).sum(0), exact=False)
+    _check_bf16(failures, "bf16 allreduce scaled",
+                hvd.allreduce(mine, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="bf.scaled"),
+                stacked.sum(0) * 1.5)
+    group = [mine, _to_bf16(fractions[rank])]
+    want = [stacked.sum(0), np.stack(fractions).sum(0)]
+    for i, got in enumerate(hvd.grouped_allreduce(group, op=hvd.Sum, name="bf.group")):
+        _check_bf16(failures, "bf16 grouped_allreduce [%d]" % i, got, want[i], exact=i == 0)
+    copies = [t.copy() for t in group]
+    hvd.grouped_allreduce_(copies, op=hvd.Sum, name="bf_.group")
+    for i, got in enumerate(copies):
+        _check_bf16(failures, "bf16 grouped_allreduce_ [%d]" % i, got, want[i], exact=i == 0)
+    ran += 4
+    for root in range(size):
+        _check_bf16(failures, "bf16 broadcast root %d" % root,
+                    hvd.broadcast(_to_bf16(fractions[rank]), root_rank=root, name="bf.bc.%d" % root), fractions[root])
+        target = mine.copy()
+        hvd.broadcast_(target, root_rank=root, name="bf.bc_.%d" % root)
+        _check_bf16(failures, "bf16 broadcast_ root %d" % root, target, halves[root])
+        ran += 2
+    rows = [fractions[r][:r + 1] for r in range(size)]
+    _check_bf16(failures, "bf16 allgather", hvd.allgather(_to_bf16(rows[rank]), name="bf.ag"), np.concatenate(rows))
+    got = hvd.grouped_allgather([_to_bf16(rows[rank]), mine], name="bf.gag")
+    _check_bf16(failures, "bf16 grouped_allgather [0]", got[0], np.concatenate(rows))
+    _check_bf16(failures, "bf16 grouped_allgather [1]", got[1], np.concatenate(halves))
+    # Alltoall: rank r sends rows [2j, 2j+2) of its fractions to rank j.
+    out, received = hvd.alltoall(_to_bf16(fractions[rank]), splits=[2] * size, name="bf.a2a")
+    _check_bf16(failures, "bf16 alltoall", out,
+                np.concatenate([fractions[src][2 * rank:2 * rank + 2] for src in range(size)]))
+    if received.asnumpy().tolist() != [2] * size:
+        failures.append("bf16 alltoall received splits: %r" % received.asnumpy().tolist())
+    _check_bf16(failures, "bf16 reducescatter sum", hvd.reducescatter(mine, op=hvd.Sum, name="bf.rs"),
+                stacked.sum(0)[2 * rank:2 * rank + 2])
+    for i, got in enumerate(hvd.grouped_reducescatter([mine, mine], op=hvd.Average, name="bf.grs")):
+        _check_bf16(failures, "bf16 grouped_reducescatter average [%d]" % i, got,
+                    stacked.mean(0)[2 * rank:2 * rank + 2], exact=size == 2)
+    return ran + 6
 
 
 def engine_order_is_respected():
@@ -150,6 +254,51 @@ def engine_order_is_respected():
     outs = {i: hvd.allreduce(arrays[i], op=hvd.Sum, name="many.%d" % i, priority=i) for i in order}
     results["many"] = [float(outs[i].asnumpy()[0]) for i in range(16)]
     results["size"] = size
+    results.update(_blocking_collectives_are_engine_operations(rank, size))
+    return results
+
+
+def _blocking_collectives_are_engine_operations(rank, size):
+    """allgather (like alltoall and reducescatter) is an operation on MXNet's engine while it waits:
+    a write to its input pushed meanwhile, from another thread, runs after it; MXNet's profiler lists it."""
+    results = {}
+    hvd.barrier()
+    g = mx.nd.ones((1, 2)) * (rank + 1)
+    seen = {}
+    writer = None
+    if rank == size - 1:
+        time.sleep(1.0)  # the late rank: the others' allgathers wait in the engine meanwhile
+    else:
+        def overwrite():
+            deadline = time.monotonic() + 10
+            while _engine_bridge.pending_count() == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            seen["pending_before_write"] = _engine_bridge.pending_count()
+            g[:] = 99
+            g.wait_to_read()
+            seen["pending_after_write"] = _engine_bridge.pending_count()
+        writer = threading.Thread(target=overwrite)
+        writer.start()
+    gathered = hvd.allgather(g, name="blocking_order")
+    if writer is not None:
+        writer.join()
+    results["blocking_gathered"] = gathered.asnumpy()[:, 0].tolist()
+    results["blocking_writer"] = seen
+    # Their names in MXNet's profiler, as MXNet's own operators have.
+    path = os.path.join(tempfile.mkdtemp(), "profile.json")
+    mx.profiler.set_config(profile_imperative=True, aggregate_stats=False, filename=path)
+    mx.profiler.set_state("run")
+    x = mx.nd.ones((2 * size, 2))
+    hvd.allreduce(x, name="profiled").wait_to_read()
+    hvd.allgather(x, name="profiled")
+    hvd.alltoall(x, name="profiled")
+    hvd.reducescatter(x, name="profiled")
+    mx.nd.waitall()
+    mx.profiler.set_state("stop")
+    mx.profiler.dump()
+    with open(path) as f:
+        names = {event.get("name") for event in json.load(f)["traceEvents"]}
+    results["profiled"] = sorted(n for n in names if n and n.startswith("Horovod"))
     return results
 
 

@@ -11,6 +11,7 @@ import mxnet as mx
 from mxnet.base import MXNetError
 
 import horovod.mxnet as hvd
+from horovod.mxnet import _engine_bridge
 
 MISMATCH_CASES = {
     "allreduce_shape": lambda rank: hvd.allreduce(mx.nd.zeros((3 + rank,)), name="t"),
@@ -23,6 +24,9 @@ MISMATCH_CASES = {
     "broadcast_root": lambda rank: hvd.broadcast(mx.nd.zeros((3,)), root_rank=0 if rank == 0 else 1, name="t"),
     "allgather_tail": lambda rank: hvd.allgather(mx.nd.zeros((2, 3 + rank)), name="t"),
     "reducescatter_shape": lambda rank: hvd.reducescatter(mx.nd.zeros((6, 1 + rank)), name="t"),
+    # The input's writer failed: MXNet skips the allgather and raises that failure, no hang.
+    "allgather_of_failed_output": lambda rank: hvd.allgather(hvd.allreduce(mx.nd.zeros((2 + rank,)), name="chain"),
+                                                             name="t"),
 }
 
 
@@ -39,6 +43,7 @@ def every_mismatch_raises_mxnet_error():
         except MXNetError as e:
             report[case] = {"class": type(e).__name__, "message": str(e)}
     report["after"] = hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum, name="after").asnumpy().tolist()
+    report["pending"] = _engine_bridge.pending_count()
     return report
 
 

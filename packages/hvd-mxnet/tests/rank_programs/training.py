@@ -12,6 +12,22 @@ import horovod.mxnet as hvd
 
 LOCAL_BATCH = 4
 STEPS = 3
+BF16 = np.dtype(mx.ndarray.ndarray._DTYPE_MX_TO_NP[12])
+
+
+@mx.optimizer.register
+class PlainSGD(mx.optimizer.Optimizer):
+    """SGD in NDArray arithmetic: MXNet's own update operators refuse bfloat16 weights."""
+
+    def create_state(self, index, weight):
+        return None
+
+    def update(self, index, weight, grad, state):
+        weight[:] = weight - grad * (self._get_lr(index) * self.rescale_grad)
+
+
+def _as_float32(ndarray):
+    return mx.nd.amp_cast(ndarray, dtype="float32") if np.dtype(ndarray.dtype) == BF16 else ndarray
 
 
 def _batches(size, step):
@@ -22,48 +38,59 @@ def _batches(size, step):
     return x, y
 
 
-def _gluon_net():
+def _gluon_net(dtype):
     net = mx.gluon.nn.HybridSequential()
     net.add(mx.gluon.nn.Dense(8, activation="tanh", in_units=5), mx.gluon.nn.Dense(2, in_units=8))
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    if dtype == "bfloat16":
+        net.cast(BF16)
     return net
 
 
-def _train_gluon(net, trainer, size, rank, batch_rows):
+def _train_gluon(net, trainer, size, rank, batch_rows, dtype):
     loss_fn = mx.gluon.loss.L2Loss()
     for step in range(STEPS):
         x, y = _batches(size, step)
         rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH) if batch_rows == LOCAL_BATCH else slice(None)
         data, label = mx.nd.array(x[rows]), mx.nd.array(y[rows])
+        if dtype == "bfloat16":
+            data, label = mx.nd.amp_cast(data, dtype=BF16), mx.nd.amp_cast(label, dtype=BF16)
         with mx.autograd.record():
             loss = loss_fn(net(data), label)
         loss.backward()
         trainer.step(batch_rows)
-    return [p.data().asnumpy() for _, p in sorted(net.collect_params().items())]
+    return [_as_float32(p.data()).asnumpy() for _, p in sorted(net.collect_params().items())]
 
 
-def gluon_trainer_matches_one_process(num_groups=0, compression="none", predivide=1.0):
-    """Returns the largest difference between the distributed and the one-process weights, and the spread."""
+def gluon_trainer_matches_one_process(num_groups=0, compression="none", predivide=1.0, dtype="float32"):
+    """Returns the largest difference between the distributed and the one-process weights, and the spread.
+
+    With dtype="bfloat16" the parameters, gradients and data are bfloat16,
+    and the optimizer is PlainSGD (MXNet's sgd_update has no bfloat16).
+    """
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     mx.random.seed(rank)  # different initial weights on each rank: broadcast_parameters must fix them
-    net = _gluon_net()
+    net = _gluon_net(dtype)
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     initial = [p.data().copy() for _, p in sorted(net.collect_params().items())]
-    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.5},
+    optimizer = "plainsgd" if dtype == "bfloat16" else "sgd"
+    trainer = hvd.DistributedTrainer(net.collect_params(), optimizer, {"learning_rate": 0.5},
                                      compression=getattr(hvd.Compression, compression),
                                      gradient_predivide_factor=predivide, num_groups=num_groups)
-    distributed = _train_gluon(net, trainer, size, rank, LOCAL_BATCH)
+    distributed = _train_gluon(net, trainer, size, rank, LOCAL_BATCH, dtype)
+    grad_dtypes = sorted({"bfloat16" if np.dtype(p.grad().dtype) == BF16 else np.dtype(p.grad().dtype).name
+                          for p in net.collect_params().values()})
 
-    reference = _gluon_net()
+    reference = _gluon_net(dtype)
     for (_, p), value in zip(sorted(reference.collect_params().items()), initial):
         p.set_data(value)
-    plain = mx.gluon.Trainer(reference.collect_params(), "sgd", {"learning_rate": 0.5}, kvstore=None)
-    expected = _train_gluon(reference, plain, size, rank, LOCAL_BATCH * size)
+    plain = mx.gluon.Trainer(reference.collect_params(), optimizer, {"learning_rate": 0.5}, kvstore=None)
+    expected = _train_gluon(reference, plain, size, rank, LOCAL_BATCH * size, dtype)
     gathered = hvd.allgather_object([w.tolist() for w in distributed])
     return {"diff": max(float(np.abs(d - e).max()) for d, e in zip(distributed, expected)),
-            "moved": max(float(np.abs(d - i.asnumpy()).max()) for d, i in zip(distributed, initial)),
-            "ranks_agree": all(g == gathered[0] for g in gathered)}
+            "moved": max(float(np.abs(d - _as_float32(i).asnumpy()).max()) for d, i in zip(distributed, initial)),
+            "ranks_agree": all(g == gathered[0] for g in gathered), "grad_dtypes": grad_dtypes}
 
 
 def _module(batch):

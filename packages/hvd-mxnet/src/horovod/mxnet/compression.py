@@ -7,17 +7,21 @@
 import numpy as np
 
 from horovod.common.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401
+from horovod.mxnet._engine_bridge import BFLOAT16
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
 
 
 class FP16Compressor(CastCompressor):
-    """Sends floating-point NDArrays as float16 and casts the result back to their own dtype."""
+    """Sends floating-point NDArrays (bfloat16 too) as float16 and casts the result back to their own dtype."""
     wire_dtype = np.float16
 
     @staticmethod
     def _is_floating(dtype):
-        return np.issubdtype(np.dtype(dtype), np.floating)
+        # bfloat16 counts as floating point, as in Horovod's FP16Compressor and
+        # hvd-torch's: it travels as float16 (same size, more precision, less range).
+        dtype = np.dtype(dtype)
+        return np.issubdtype(dtype, np.floating) or dtype == BFLOAT16
 
     @staticmethod
     def _cast(tensor, dtype):

@@ -2,20 +2,19 @@
 # broadcast (single and grouped, in place or not) run on MXNet's engine,
 # asynchronously, through _engine_bridge: they return at once and the
 # results are ready for whatever reads them next. Allgather, alltoall and
-# reducescatter, whose result shape only negotiation tells, wait for their
-# inputs and run before returning (as Horovod's MXNet binding also blocks on
-# their result). Failures are MXNetError, raised on every rank.
+# reducescatter, whose result shape only negotiation tells, are pushed the
+# same way and then waited for (as Horovod's MXNet binding does). Failures
+# are MXNetError, raised on every rank.
 """Collective operations on MXNet NDArrays."""
 
 import mxnet as mx
 import numpy as np
-from mxnet.base import MXNetError
 
 from horovod.common import _basics  # noqa: F401  (Horovod code imports mpi_ops._basics)
 from horovod.common import c_api
 from horovod.common import collectives as _np_collectives
 from horovod.common.basics import Adasum, Average, HorovodBasics, Max, Min, Product, Sum  # noqa: F401
-from horovod.common.engine_calls import group_tensor_names
+from horovod.common.engine_calls import copy_owned_result, group_tensor_names, received_splits, result
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -38,10 +37,16 @@ __all__ = [
 ]
 
 
+class AdasumNotSupportedError(NotImplementedError, AssertionError):
+    """op=Adasum given to horovod.mxnet. Horovod's MXNet binding refuses it
+    with an assert, so this is an AssertionError as well."""
+
+
 def _check_op(op, what):
     if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by %s in horovod.mxnet (hvd-core implements Sum, "
-                                  "Average, Min, Max and Product)" % what)
+        raise AdasumNotSupportedError("%s: op=Adasum is not supported by horovod.mxnet, as in Horovod's MXNet "
+                                      "binding; use Average or Sum (Adasum is available in horovod.torch and "
+                                      "horovod.tensorflow)" % what)
 
 
 def _check_tensors(tensors, what="tensor"):
@@ -162,30 +167,43 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
 
 
 # ---------------------------------------------------------------------------
-# Collectives whose result size is only known after negotiation: they wait for
-# their inputs and run through hvd-core's numpy collectives.
+# Collectives whose result shape only the negotiation tells: pushed on the
+# engine like the others (after their inputs' writers, by priority), then
+# waited for, and their results copied into new NDArrays (Horovod's binding
+# also waits for them before returning).
 
-class HorovodMXNetValueError(MXNetError, ValueError):
-    """An argument hvd-core refused (a scalar to reducescatter, splits that do
-    not add up, a name already in flight, ...): MXNetError, as Horovod's
-    binding raises, and also ValueError, as hvd's other bindings do."""
+HorovodMXNetValueError = _bridge.HorovodMXNetValueError
 
 
 def _as_mxnet_error(call, *args, **kwargs):
     try:
         return call(*args, **kwargs)
-    except ValueError as e:
-        raise HorovodMXNetValueError("%s: %s" % (type(e).__name__, e)) from e
     except Exception as e:  # noqa: BLE001 - hvd's errors surface as MXNet's, as in Horovod
-        raise MXNetError("%s: %s" % (type(e).__name__, e)) from e
+        raise _bridge.mxnet_error(e) from e
 
 
-def _to_numpy(tensor):
-    return tensor.asnumpy()
+def _owned_result(handle, index, like):
+    """Result `index` of a finished handle, copied into a new NDArray of `like`'s dtype, and
+    the rows it received from each rank (alltoall; read first: the copy frees the core's result)."""
+    res = result(handle, index)
+    splits = received_splits(res)
+
+    def allocate(shape):
+        out = mx.nd.empty(shape, ctx=like.context, dtype=like.dtype)
+        return out, _bridge.data_pointer(out)
+
+    return copy_owned_result(res, allocate), splits
 
 
-def _to_mxnet(array, like):
-    return mx.nd.array(np.ascontiguousarray(array), ctx=like.context, dtype=like.dtype)
+def _run_gather_like(collective, collective_name, tensors, name, priority, process_set, **enqueue_args):
+    """Runs allgather, alltoall or reducescatter of `tensors`; returns [(NDArray, received splits)] per tensor."""
+    names = group_tensor_names(collective_name, name, len(tensors))
+    handle = _bridge.run_and_wait(collective, list(tensors), names, _process_set_id(process_set), priority,
+                                  "Horovod" + collective_name.title().replace("_", ""), **enqueue_args)
+    try:
+        return [_owned_result(handle, i, t) for i, t in enumerate(tensors)]
+    finally:
+        _bridge.release(handle)
 
 
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
@@ -197,16 +215,14 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
         A new NDArray: the ranks' tensors in rank order.
     """
     _check_tensors([tensor])
-    result = _as_mxnet_error(_np_collectives.allgather, _to_numpy(tensor), name, process_set)
-    return _to_mxnet(result, tensor)
+    return _run_gather_like(c_api.ALLGATHER, "allgather", [tensor], name, priority, process_set)[0][0]
 
 
 def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
     """allgather() of a list of NDArrays as one operation; returns a list of new NDArrays."""
     _check_tensors(tensors, "tensors")
-    results = _as_mxnet_error(_np_collectives.grouped_allgather, [_to_numpy(t) for t in tensors], name,
-                              process_set)
-    return [_to_mxnet(r, t) for r, t in zip(results, tensors)]
+    return [out for out, _ in _run_gather_like(c_api.ALLGATHER, "grouped_allgather", tensors, name, priority,
+                                               process_set)]
 
 
 def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
@@ -225,15 +241,16 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     if splits is not None:
         if isinstance(splits, mx.nd.NDArray):
             if np.dtype(splits.dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
-                raise ValueError("splits must be an integer NDArray (int32), got %s" % np.dtype(splits.dtype).name)
+                raise ValueError("splits must be an integer NDArray (int32), got %s"
+                                 % _bridge.dtype_name(splits.dtype))
             split_list = [int(s) for s in splits.asnumpy().reshape(-1)]
         else:
             split_list = [int(s) for s in splits]
-    result = _as_mxnet_error(_np_collectives.alltoall, _to_numpy(tensor), split_list, name, process_set)
+    [(received, from_each)] = _run_gather_like(c_api.ALLTOALL, "alltoall", [tensor], name, priority, process_set,
+                                         splits=[split_list])
     if splits is None:
-        return _to_mxnet(result, tensor)
-    received, received_splits = result
-    return _to_mxnet(received, tensor), mx.nd.array(np.asarray(received_splits), ctx=mx.cpu(), dtype="int32")
+        return received
+    return received, mx.nd.array(from_each, ctx=mx.cpu(), dtype="int32")
 
 
 def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set, prescale_factor=1.0,
@@ -248,9 +265,8 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     """
     _check_op(op, "reducescatter")
     _check_tensors([tensor])
-    result = _as_mxnet_error(_np_collectives.reducescatter, _to_numpy(tensor), name, op, process_set,
-                             prescale_factor, postscale_factor)
-    return _to_mxnet(result, tensor)
+    return _run_gather_like(c_api.REDUCESCATTER, "reducescatter", [tensor], name, priority, process_set,
+                            reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor)[0][0]
 
 
 def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_set=global_process_set,
@@ -258,9 +274,9 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
     """reducescatter() of a list of NDArrays as one operation; returns a list of new NDArrays."""
     _check_op(op, "grouped_reducescatter")
     _check_tensors(tensors, "tensors")
-    results = _as_mxnet_error(_np_collectives.grouped_reducescatter, [_to_numpy(t) for t in tensors], name, op,
-                              process_set, prescale_factor, postscale_factor)
-    return [_to_mxnet(r, t) for r, t in zip(results, tensors)]
+    return [out for out, _ in _run_gather_like(c_api.REDUCESCATTER, "grouped_reducescatter", tensors, name,
+                                               priority, process_set, reduce_op=op, prescale_factor=prescale_factor,
+                                               postscale_factor=postscale_factor)]
 
 
 def barrier(process_set=global_process_set):
