@@ -321,9 +321,10 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
         v.proc.send_signal(signal.SIGCONT)
     # Survivors (and, for stop-cont, everyone) must end: raising when a peer died
     # or froze, finishing when the victim only paused.
-    # Creating a set (its shared memory, its connections) waits like start-up
-    # does: a peer lost then is noticed within the start-up timeout.
-    bound = (args.start_timeout if phase in ("init", "process-set") else args.peer_timeout) + args.margin
+    # Start-up waits for late peers up to the start-up timeout; creating a
+    # set after init gives up as soon as the global set has lost a peer, so
+    # it is bound by the peer timeout like a collective.
+    bound = (args.start_timeout if phase == "init" else args.peer_timeout) + args.margin
     survivors = [rk for rk in ranks if rk is not v] if how != "stop-cont" else ranks
     end_by = sent_at + bound + (args.short_stop if how == "stop-cont" else 0)
     ended_at = {}
@@ -430,7 +431,7 @@ def faults_main(args):
                          "%.2f" % max(times) if times else "-",
                          sum(bool(r.get("left")) for r in rs)])
     print("\npeer timeout %g s, start-up timeout %g s, margin %g s; bound: start-up timeout "
-          "(init, process-set) or peer timeout (large-allreduce), plus margin"
+          "(init) or peer timeout (process-set, large-allreduce), plus margin"
           % (args.peer_timeout, args.start_timeout, args.margin))
     table(["phase", "signal", "trials", "passed", "signal inside phase", "slowest survivor end (s)",
            "left files"], rows)

@@ -71,7 +71,7 @@ ProcessSetRuntime::~ProcessSetRuntime() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-void ProcessSetRuntime::start() {
+void ProcessSetRuntime::start(const Interrupt& interrupt) {
   if (member_ < 0) return;
   const auto& cfg = context_.config;
   CommOptions options;
@@ -85,6 +85,7 @@ void ProcessSetRuntime::start() {
   options.hierarchical_allgather = cfg.hierarchical_allgather;
   options.use_mpi = cfg.use_mpi;
   options.spin = cfg.spin;
+  options.interrupt = interrupt;
   comm_ = create_communicator(options, *context_.store, context_.connections);
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
@@ -109,15 +110,15 @@ void ProcessSetRuntime::start() {
     }
     channels_.resize(ranks_.size());
     for (size_t m = 1; m < ranks_.size(); ++m) {
-      channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl"),
+      channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl", interrupt),
                                     rank_name(ranks_[m]), cfg.peer_timeout_seconds);
     }
   } else if (size() > 1) {
-    channels_.emplace_back(context_.connections->connect(ranks_[0], key_ + "/ctrl"),
+    channels_.emplace_back(context_.connections->connect(ranks_[0], key_ + "/ctrl", interrupt),
                            rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)),
                            cfg.peer_timeout_seconds);
   }
-  connect_rings();
+  connect_rings(interrupt);
   bool spans_hosts = false;
   for (int r : ranks_) spans_hosts = spans_hosts || context_.hosts[static_cast<size_t>(r)] != options.hosts[0];
   if (size() > 1) {
@@ -197,7 +198,7 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
 // attaches and checks the nonce, which fails harmlessly when the host name
 // is shared by another machine, and says whether it did. Both switch right
 // after that answer, so no message can be on the other path.
-void ProcessSetRuntime::connect_rings() {
+void ProcessSetRuntime::connect_rings(const Interrupt& interrupt) {
   const auto& cfg = context_.config;
   const double timeout = std::max(cfg.peer_timeout_seconds, 10.0);
   MessageType type;
@@ -222,7 +223,7 @@ void ProcessSetRuntime::connect_rings() {
     }
     try {
       for (size_t m = 1; m < ranks_.size(); ++m) {
-        channels_[m].receive(&type, &payload, timeout);
+        channels_[m].receive(&type, &payload, timeout, interrupt);
         if (type != MessageType::kRingReply) {
           throw_error(ErrorCode::kInternal, channels_[m].peer() + " did not answer the control-ring offer");
         }
@@ -240,7 +241,7 @@ void ProcessSetRuntime::connect_rings() {
       throw;
     }
   } else if (size() > 1) {
-    channels_[0].receive(&type, &payload, timeout);
+    channels_[0].receive(&type, &payload, timeout, interrupt);
     if (type != MessageType::kRingOffer) {
       throw_error(ErrorCode::kInternal, channels_[0].peer() + " did not send its control-ring offer");
     }

@@ -20,6 +20,8 @@
 #include <string>
 #include <sys/types.h>
 
+#include "common/interrupt.h"
+
 namespace hvd {
 
 // What a peer link's bytes get after the handshake.
@@ -56,6 +58,9 @@ class Socket {
   // but live link never times out.
   void send_all(const void* data, size_t size, double timeout_seconds);
   void recv_all(void* data, size_t size, double timeout_seconds);
+  // recv_all() that calls `interrupt` about every kInterruptSliceSeconds
+  // while nothing arrives; whatever it throws ends the wait.
+  void recv_all(void* data, size_t size, double timeout_seconds, const Interrupt& interrupt);
   // Non-blocking variants: return bytes moved (0 if it would block); throw
   // on EOF or error.
   size_t send_some(const void* data, size_t size);

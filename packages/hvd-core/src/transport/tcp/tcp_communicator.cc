@@ -55,7 +55,7 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, ConnectionManager& 
   std::string tag = options.key + "/data";
   for (int m = 0; m < size_; ++m) {
     if (m == rank_) continue;
-    links_[m] = connections.connect(options.global_ranks[m], tag);
+    links_[m] = connections.connect(options.global_ranks[m], tag, options.interrupt);
     links_[m].set_peer_name(member_name(m));
   }
 }
