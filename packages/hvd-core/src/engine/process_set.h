@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -104,7 +105,10 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // has been blocked on for a while; when they changed, sets blocked_ and
   // clears blocked_reported_ (the coordinator must hear of them).
   void refresh_blocked(Clock::time_point now);
-  void fail(const Error& error);
+  void fail(const Error& first_error);
+  // Reads the control channels for up to `seconds` for a peer's kAbort; its
+  // cause, or nothing when none came (or every channel closed first).
+  std::optional<Error> peer_abort_within(double seconds);
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
 

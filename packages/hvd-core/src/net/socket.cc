@@ -21,8 +21,10 @@ namespace hvd {
 namespace {
 
 [[noreturn]] void throw_io(const std::string& what, const std::string& peer, int err) {
-  throw_error(ErrorCode::kInternal, what + " " + (peer.empty() ? "<unnamed peer>" : peer) +
-                                        " failed: " + (err ? std::strerror(err) : "connection closed by peer"));
+  const std::string message = what + " " + (peer.empty() ? "<unnamed peer>" : peer) +
+                              " failed: " + (err ? std::strerror(err) : "connection closed by peer");
+  if (err == 0 || err == ECONNRESET || err == EPIPE) throw LinkClosed(ErrorCode::kInternal, message);
+  throw_error(ErrorCode::kInternal, message);
 }
 
 // Waits for `events` up to timeout; false when the timeout passed.

@@ -24,6 +24,15 @@
 
 namespace hvd {
 
+// What a socket throws when the peer closed or reset the connection. A peer
+// that fails closes its links on purpose, so that no one waits for it; the
+// reason, when it has one, follows on its control channel (see
+// ProcessSetRuntime::fail), and is worth more than this.
+class LinkClosed : public Error {
+ public:
+  using Error::Error;
+};
+
 // What a peer link's bytes get after the handshake.
 enum class DataProtection { kNone = 0, kAuthenticate = 1, kEncrypt = 2 };
 

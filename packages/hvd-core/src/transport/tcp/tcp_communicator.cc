@@ -167,6 +167,7 @@ void TcpCommunicator::run(std::vector<Transfer>& transfers, const char* op) {
     // The byte streams are now out of step for good; closing our links makes
     // every peer fail promptly too instead of waiting for its own timeout.
     abort(message);
+    if (dynamic_cast<const LinkClosed*>(&e) != nullptr) throw LinkClosed(ErrorCode::kInternal, message);
     throw_error(ErrorCode::kInternal, message);
   }
 }
