@@ -22,10 +22,13 @@ Scenarios (with --fake-hosts):
   bandwidth-4x1   4 hosts x 1 rank, 4 Gbit/s links, 16-256 MiB
   latency-4       4 hosts x 1 rank, unlimited links, 4 B
   latency-8       8 hosts x 1 rank, unlimited links, 4 B
+  protected-2x1   2 hosts x 1 rank, 4 Gbit/s links, 4 B-64 MiB, with HOROVOD_DATA_AUTH=1 and
+                  HOROVOD_DATA_ENCRYPT=1 beside the plain engine (only when named)
 
 Backends: hvd (horovodrun -H, the engine's defaults), hvd-flat (the same with
 HOROVOD_HIERARCHICAL_ALLREDUCE=0; bandwidth scenarios with several ranks a
-host), hvd-spin (HOROVOD_SPIN_WAIT=1; latency scenarios), and Open MPI
+host), hvd-spin (HOROVOD_SPIN_WAIT=1; latency scenarios), hvd-auth and hvd-encrypt
+(HOROVOD_DATA_AUTH=1, HOROVOD_DATA_ENCRYPT=1: the protected data plane), and Open MPI
 (mpirun -H with mpi4py, `--mca mpi_yield_when_idle 1`, as a job on shared
 cores should run it).
 
@@ -58,11 +61,16 @@ SCENARIOS = {
     "bandwidth-4x1": (4, 1, RATE_GBIT, "16M,64M,256M", ()),
     "latency-4": (4, 1, None, "4", ("hvd-spin",)),
     "latency-8": (8, 1, None, "4", ("hvd-spin",)),
+    # not run by default: what HOROVOD_DATA_AUTH / HOROVOD_DATA_ENCRYPT cost at a limited link
+    "protected-2x1": (2, 1, RATE_GBIT, "4,1M,16M,64M", ("hvd-auth", "hvd-encrypt")),
 }
+DEFAULT_SCENARIOS = ("bandwidth-2x2", "bandwidth-4x1", "latency-4", "latency-8")
 VARIANT_ENV = {
     "hvd": {},
     "hvd-flat": {"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"},
     "hvd-spin": {"HOROVOD_SPIN_WAIT": "1"},
+    "hvd-auth": {"HOROVOD_DATA_AUTH": "1"},
+    "hvd-encrypt": {"HOROVOD_DATA_ENCRYPT": "1"},
 }
 
 
@@ -199,7 +207,7 @@ def main(argv=None):
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--fake-hosts", metavar="SCRIPT", help="path of fake_hosts.sh: run the standard scenarios")
     where.add_argument("--hosts", help="run on these hosts (horovodrun -H syntax, e.g. node1:2,node2:2)")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+    ap.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
                     help="with --fake-hosts: comma-separated subset of %s" % ", ".join(SCENARIOS))
     ap.add_argument("--sizes", default="4,16M,64M,256M", help="with --hosts: comma-separated sizes")
     ap.add_argument("--link-gbit", type=float, help="with --hosts: each host's link rate, for the limit column")
