@@ -403,7 +403,10 @@ def faults_main(args):
         phase = args.phases[trial % len(args.phases)] if args.round_robin else rng.choice(args.phases)
         how = rng.choice(args.signals)
         size = rng.choice(args.sizes)
-        victim = rng.randrange(size)
+        if args.victims:
+            victim = rng.choice([v for v in args.victims if v < size] or range(size))
+        else:
+            victim = rng.randrange(size)
         delay = rng.uniform(0, {"init": 0.15, "process-set": 2.5, "large-allreduce": 2.5}[phase])
         t0 = time.monotonic()
         r = run_fault_trial(trial, phase, how, size, victim, delay, args)
@@ -666,6 +669,8 @@ def main(argv=None):
     f.add_argument("--signals", type=lambda t: t.split(","), default=list(SIGNALS))
     f.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=[2, 3])
     f.add_argument("--round-robin", action="store_true", help="cycle through the phases instead of drawing them")
+    f.add_argument("--victims", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                   help="draw the victim among these ranks (default: any rank of the job)")
     f.add_argument("--peer-timeout", type=float, default=5.0, help="HOROVOD_PEER_TIMEOUT_SECONDS")
     f.add_argument("--start-timeout", type=float, default=10.0, help="HOROVOD_GLOO_TIMEOUT_SECONDS")
     f.add_argument("--margin", type=float, default=5.0, help="seconds allowed past the timeout")
