@@ -17,6 +17,7 @@ for a dev build); `steps` and `store` also need the launcher
 """
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -84,6 +85,23 @@ def hvd_entries(directory, prefix):
         return {n for n in os.listdir(directory) if n.startswith(prefix)}
     except FileNotFoundError:
         return set()
+
+
+def job_shm_names(secret, size, max_set_id=1000):
+    """The /dev/shm names a job with `secret` can make: arenas and control rings of sets 0..max_set_id.
+
+    As the engine derives them (engine.cc, shm_communicator.cc, shm_ring.cc),
+    so that what other jobs on a shared machine leave meanwhile is told
+    apart from what this job leaves.
+    """
+    prefix = hashlib.sha256(secret.encode()).hexdigest()[:16] + "/g0/ps"
+    names = set()
+    for set_id in range(max_set_id + 1):
+        key = prefix + str(set_id)
+        names.add("hvd-" + hashlib.sha256(key.encode()).hexdigest()[:40])
+        for member in range(1, size):
+            names.add("hvd-r" + hashlib.sha256(("%s/ctrl/%d" % (key, member)).encode()).hexdigest()[:40])
+    return names
 
 
 # --------------------------------------------------------------------------- steps
@@ -385,7 +403,11 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
         rk.proc.stderr.close()
     # give exiting processes a moment, then compare what hvd left behind
     time.sleep(0.2)
-    left = sorted(hvd_entries("/dev/shm", "hvd-") - shm_before)
+    new_shm = hvd_entries("/dev/shm", "hvd-") - shm_before
+    ours = job_shm_names(secret, size)
+    left = sorted(new_shm & ours)
+    if new_shm - ours:
+        result["notes"].append("not this job's (another job on the machine): %s" % ", ".join(sorted(new_shm - ours)))
     left += sorted(hvd_entries("/tmp", "hvd-mpirun-") - tmp_before)
     left += ["TMPDIR:" + n for n in os.listdir(tmpdir)]
     shutil.rmtree(tmpdir, ignore_errors=True)
@@ -407,7 +429,7 @@ def faults_main(args):
             victim = rng.choice([v for v in args.victims if v < size] or range(size))
         else:
             victim = rng.randrange(size)
-        delay = rng.uniform(0, {"init": 0.15, "process-set": 2.5, "large-allreduce": 2.5}[phase])
+        delay = rng.uniform(0, args.max_delay or {"init": 0.15, "process-set": 2.5, "large-allreduce": 2.5}[phase])
         t0 = time.monotonic()
         r = run_fault_trial(trial, phase, how, size, victim, delay, args)
         r["size"] = size
@@ -669,6 +691,8 @@ def main(argv=None):
     f.add_argument("--signals", type=lambda t: t.split(","), default=list(SIGNALS))
     f.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=[2, 3])
     f.add_argument("--round-robin", action="store_true", help="cycle through the phases instead of drawing them")
+    f.add_argument("--max-delay", type=float, default=None,
+                   help="signal 0 to this many seconds into the phase (default: 0.15 s for init, 2.5 s for the others)")
     f.add_argument("--victims", type=lambda t: [int(x) for x in t.split(",")], default=None,
                    help="draw the victim among these ranks (default: any rank of the job)")
     f.add_argument("--peer-timeout", type=float, default=5.0, help="HOROVOD_PEER_TIMEOUT_SECONDS")

@@ -72,6 +72,7 @@ class _SignalInsideProcessSetCreation:
         self.victim, self.key_suffix, self.signum = victim, key_suffix, getattr(signal, signal_name)
         self.pid = None
         self.set_key = None  # the new set's key ("<job>/g0/ps1"): its arena's name derives from it
+        self.arena_existed = False  # when the victim was signalled (so the name below is the right one)
 
     def __call__(self, server):
         server.watch(self.on_change)
@@ -82,6 +83,7 @@ class _SignalInsideProcessSetCreation:
         elif key.endswith(b"/ps1" + self.key_suffix) and self.set_key is None:
             self.set_key = key[:-len(self.key_suffix)]
             os.kill(self.pid, self.signum)
+            self.arena_existed = os.path.exists(self.arena_path())
 
     def arena_path(self):
         return "/dev/shm/hvd-" + hashlib.sha256(self.set_key).hexdigest()[:40]
@@ -108,7 +110,7 @@ def test_peer_lost_while_a_process_set_is_created_fails_survivors_within_the_pee
         assert out["error"] and out["seconds"] < 2 + 3, out
         assert "rank %d" % victim in out["error"], out
     # The set's arena is removed by a survivor, whichever member was lost.
-    assert not os.path.exists(watcher.arena_path())
+    assert watcher.arena_existed and not os.path.exists(watcher.arena_path())
 
 
 def test_peer_death_while_idle_fails_the_next_collective():
