@@ -17,6 +17,7 @@ for a dev build); `steps` and `store` also need the launcher
 """
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -84,6 +85,23 @@ def hvd_entries(directory, prefix):
         return {n for n in os.listdir(directory) if n.startswith(prefix)}
     except FileNotFoundError:
         return set()
+
+
+def job_shm_names(secret, size, max_set_id=1000):
+    """The /dev/shm names a job with `secret` can make: arenas and control rings of sets 0..max_set_id.
+
+    As the engine derives them (engine.cc, shm_communicator.cc, shm_ring.cc),
+    so that what other jobs on a shared machine leave meanwhile is told
+    apart from what this job leaves.
+    """
+    prefix = hashlib.sha256(secret.encode()).hexdigest()[:16] + "/g0/ps"
+    names = set()
+    for set_id in range(max_set_id + 1):
+        key = prefix + str(set_id)
+        names.add("hvd-" + hashlib.sha256(key.encode()).hexdigest()[:40])
+        for member in range(1, size):
+            names.add("hvd-r" + hashlib.sha256(("%s/ctrl/%d" % (key, member)).encode()).hexdigest()[:40])
+    return names
 
 
 # --------------------------------------------------------------------------- steps
@@ -321,9 +339,10 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
         v.proc.send_signal(signal.SIGCONT)
     # Survivors (and, for stop-cont, everyone) must end: raising when a peer died
     # or froze, finishing when the victim only paused.
-    # Creating a set (its shared memory, its connections) waits like start-up
-    # does: a peer lost then is noticed within the start-up timeout.
-    bound = (args.start_timeout if phase in ("init", "process-set") else args.peer_timeout) + args.margin
+    # Start-up waits for late peers up to the start-up timeout; creating a
+    # set after init gives up as soon as the global set has lost a peer, so
+    # it is bound by the peer timeout like a collective.
+    bound = (args.start_timeout if phase == "init" else args.peer_timeout) + args.margin
     survivors = [rk for rk in ranks if rk is not v] if how != "stop-cont" else ranks
     end_by = sent_at + bound + (args.short_stop if how == "stop-cont" else 0)
     ended_at = {}
@@ -384,7 +403,11 @@ def _fault_trial(trial, phase, how, size, victim, delay, args, server_port, secr
         rk.proc.stderr.close()
     # give exiting processes a moment, then compare what hvd left behind
     time.sleep(0.2)
-    left = sorted(hvd_entries("/dev/shm", "hvd-") - shm_before)
+    new_shm = hvd_entries("/dev/shm", "hvd-") - shm_before
+    ours = job_shm_names(secret, size)
+    left = sorted(new_shm & ours)
+    if new_shm - ours:
+        result["notes"].append("not this job's (another job on the machine): %s" % ", ".join(sorted(new_shm - ours)))
     left += sorted(hvd_entries("/tmp", "hvd-mpirun-") - tmp_before)
     left += ["TMPDIR:" + n for n in os.listdir(tmpdir)]
     shutil.rmtree(tmpdir, ignore_errors=True)
@@ -402,8 +425,11 @@ def faults_main(args):
         phase = args.phases[trial % len(args.phases)] if args.round_robin else rng.choice(args.phases)
         how = rng.choice(args.signals)
         size = rng.choice(args.sizes)
-        victim = rng.randrange(size)
-        delay = rng.uniform(0, {"init": 0.15, "process-set": 2.5, "large-allreduce": 2.5}[phase])
+        if args.victims:
+            victim = rng.choice([v for v in args.victims if v < size] or range(size))
+        else:
+            victim = rng.randrange(size)
+        delay = rng.uniform(0, args.max_delay or {"init": 0.15, "process-set": 2.5, "large-allreduce": 2.5}[phase])
         t0 = time.monotonic()
         r = run_fault_trial(trial, phase, how, size, victim, delay, args)
         r["size"] = size
@@ -430,7 +456,7 @@ def faults_main(args):
                          "%.2f" % max(times) if times else "-",
                          sum(bool(r.get("left")) for r in rs)])
     print("\npeer timeout %g s, start-up timeout %g s, margin %g s; bound: start-up timeout "
-          "(init, process-set) or peer timeout (large-allreduce), plus margin"
+          "(init) or peer timeout (process-set, large-allreduce), plus margin"
           % (args.peer_timeout, args.start_timeout, args.margin))
     table(["phase", "signal", "trials", "passed", "signal inside phase", "slowest survivor end (s)",
            "left files"], rows)
@@ -665,6 +691,10 @@ def main(argv=None):
     f.add_argument("--signals", type=lambda t: t.split(","), default=list(SIGNALS))
     f.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=[2, 3])
     f.add_argument("--round-robin", action="store_true", help="cycle through the phases instead of drawing them")
+    f.add_argument("--max-delay", type=float, default=None,
+                   help="signal 0 to this many seconds into the phase (default: 0.15 s for init, 2.5 s for the others)")
+    f.add_argument("--victims", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                   help="draw the victim among these ranks (default: any rank of the job)")
     f.add_argument("--peer-timeout", type=float, default=5.0, help="HOROVOD_PEER_TIMEOUT_SECONDS")
     f.add_argument("--start-timeout", type=float, default=10.0, help="HOROVOD_GLOO_TIMEOUT_SECONDS")
     f.add_argument("--margin", type=float, default=5.0, help="seconds allowed past the timeout")

@@ -2,8 +2,10 @@
 whole job and on process sets whose members sit on different hosts, checked against
 what the ranks' inputs make the answer; prints one REPORT line as JSON.
 
-    python across_hosts_worker.py [--mb N] [--hold-seconds S --raised-dir DIR]
+    python across_hosts_worker.py [--digest] [--mb N] [--hold-seconds S --raised-dir DIR]
 
+--digest adds a SHA-256 of the results of a few collectives (a 4 MiB allreduce among
+them) to the report, for comparing jobs run with different settings.
 --mb N adds an N MiB allreduce and reports each NIC's transmitted bytes around it
 (from /sys/class/net, which is this host's own); --hold-seconds S then allreduces in a
 loop for S seconds, printing a STEP line per step (the fault tests cut hosts during it).
@@ -12,6 +14,7 @@ A rank whose collective raises there writes when and what to DIR/raised.<rank>.j
 """
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -71,8 +74,22 @@ def check_collectives(ps, tag):
     hvd.barrier(process_set=ps)
 
 
+def results_digest():
+    """SHA-256 over the results of collectives whose bytes cross the hosts' links."""
+    me, n = hvd.rank(), hvd.size()
+    h = hashlib.sha256()
+    values = (np.arange(1 << 20, dtype=np.float32) % 1009) * (me + 1)  # 4 MiB: many frames on every link
+    h.update(hvd.allreduce(values, op=hvd.Sum, name="digest.sum").tobytes())
+    h.update(hvd.allgather(np.arange(1000 + me, dtype=np.int64) * (me + 3), name="digest.gather").tobytes())
+    h.update(hvd.broadcast(np.linspace(0, 1, 300000) + me, root_rank=n - 1, name="digest.bcast").tobytes())
+    h.update(hvd.alltoall(np.arange(5000 * n, dtype=np.int32) + me, name="digest.alltoall").tobytes())
+    h.update(json.dumps(hvd.allgather_object({"rank": me, "text": "x" * (100 * me)})).encode())
+    return h.hexdigest()
+
+
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--digest", action="store_true")
     parser.add_argument("--mb", type=int, default=0)
     parser.add_argument("--hold-seconds", type=float, default=0.0)
     parser.add_argument("--raised-dir")
@@ -90,6 +107,9 @@ def main():
     report = {"rank": hvd.rank(), "size": size, "host": socket.gethostname(),
               "local": [hvd.local_rank(), hvd.local_size()], "cross": [hvd.cross_rank(), hvd.cross_size()],
               "env": {k: v for k, v in os.environ.items() if k.startswith("HVD_TEST_FORWARD")}}
+    if args.digest:
+        report["digest"] = results_digest()
+        report["data_knobs"] = {k: v for k, v in os.environ.items() if k.startswith("HOROVOD_DATA_")}
     if args.mb:
         before = nic_tx_bytes()
         data = np.ones(args.mb * (1 << 20) // 4, dtype=np.float32)

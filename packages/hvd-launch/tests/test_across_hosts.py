@@ -1,6 +1,7 @@
 """horovodrun across several hosts: network namespaces from the workplace's fake_hosts.sh,
 each with its own IP, hostname, /dev/shm and sshd, so ranks on different hosts meet only
-over TCP, as on a cluster. Every collective and process sets spanning hosts, uneven
+over TCP, as on a cluster. Every collective and process sets spanning hosts, the
+protected data plane (HOROVOD_DATA_AUTH / HOROVOD_DATA_ENCRYPT), uneven
 slots, the launcher's own machine with remote hosts, host files, environment
 forwarding, --mpi, NIC selection, and what happens when a host is cut off or lost."""
 
@@ -55,6 +56,21 @@ def test_two_hosts_of_two_ranks_run_every_collective(fake_hosts, tmp_path, hiera
         assert "HIERARCHICAL" in " ".join(activities), activities
     else:
         assert not any("HIERARCHICAL" in a for a in activities), activities
+
+
+def test_protected_data_plane_across_hosts_gives_the_results_of_an_unprotected_one(fake_hosts):
+    # One rank a host: every byte between the ranks crosses the hosts' link.
+    fake_hosts(2)
+    digests = {}
+    for knobs in ({}, {"HOROVOD_DATA_AUTH": "1"}, {"HOROVOD_DATA_ENCRYPT": "1"}):
+        result = _run(["-np", 2, "-H", "fh1:1,fh2:1", sys.executable, WORKER, "--digest"], env=base_env(**knobs))
+        assert result.returncode == 0, (knobs, result.stdout + result.stderr)
+        reports = _reports(result, 2)
+        assert [r["host"] for r in reports] == ["fh1", "fh2"], reports
+        assert all(r["data_knobs"] == knobs for r in reports), reports  # the remote rank has them too
+        # (the ranks' alltoall results differ: each rank's digest is compared)
+        digests[" ".join(knobs) or "unprotected"] = tuple(r["digest"] for r in reports)
+    assert len(set(digests.values())) == 1, digests
 
 
 def test_three_hosts_with_uneven_slots_from_a_hostfile(fake_hosts, tmp_path):

@@ -134,10 +134,12 @@ bool ControlChannel::try_receive(MessageType* type, std::string* payload) {
   return take_frame(type, payload);
 }
 
-void ControlChannel::receive(MessageType* type, std::string* payload, double timeout_seconds) {
+void ControlChannel::receive(MessageType* type, std::string* payload, double timeout_seconds,
+                             const Interrupt& interrupt) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                 std::chrono::duration<double>(timeout_seconds));
   while (!try_receive(type, payload)) {
+    if (interrupt) interrupt();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || closed_) {
       throw_error(ErrorCode::kInternal, peer_ + " sent nothing for " + std::to_string(timeout_seconds) +

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "common/interrupt.h"
 #include "engine/message.h"
 #include "net/socket.h"
 #include "transport/shm/shm_ring.h"
@@ -27,8 +28,10 @@ class ControlChannel {
 
   void send(MessageType type, const std::string& payload);
   // Blocks until a whole message arrives (start-up only); throws
-  // Error(kInternal) after `timeout_seconds`.
-  void receive(MessageType* type, std::string* payload, double timeout_seconds);
+  // Error(kInternal) after `timeout_seconds`. `interrupt`, when set, is
+  // called about every kInterruptSliceSeconds meanwhile; what it throws ends
+  // the wait.
+  void receive(MessageType* type, std::string* payload, double timeout_seconds, const Interrupt& interrupt = {});
   // Reads whatever has arrived without blocking. Returns true and fills
   // type/payload when a whole message is available. Throws Error(kInternal)
   // when the peer closed the connection or it broke.

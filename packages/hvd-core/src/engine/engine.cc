@@ -350,7 +350,10 @@ void Engine::start(const hvd_init_args* args) {
   }
 
   create_process_set(0, all);
-  for (auto& ranks : static_sets) create_process_set(next_set_id_++, std::move(ranks));
+  for (auto& ranks : static_sets) {
+    const int32_t id = next_set_id_++;
+    create_process_set(id, std::move(ranks), unless_global_set_failed(id));
+  }
   if (t.rank == 0) {
     for (const auto& notice : inert_knob_notices()) HVD_LOG(kWarning, notice);
   }
@@ -358,12 +361,28 @@ void Engine::start(const hvd_init_args* args) {
                                       << t.local_size << ", host " << hostname << "; " << waits.str());
 }
 
-std::shared_ptr<ProcessSetRuntime> Engine::create_process_set(int32_t id, std::vector<int> ranks) {
+std::shared_ptr<ProcessSetRuntime> Engine::create_process_set(int32_t id, std::vector<int> ranks,
+                                                              const Interrupt& interrupt) {
   auto runtime = std::make_shared<ProcessSetRuntime>(context_, id, std::move(ranks));
-  runtime->start();
+  runtime->start(interrupt);
   std::lock_guard<std::mutex> lock(sets_mu_);
   sets_[id] = runtime;
   return runtime;
+}
+
+Interrupt Engine::unless_global_set_failed(int32_t id) {
+  // The members agreed on the set through the global set a moment ago, so
+  // they were alive then; one lost since fails the global set (its
+  // connection closes, or its heartbeats stop for the peer timeout) and
+  // would otherwise keep the others waiting for the start-up timeout.
+  return [this, id] {
+    std::shared_ptr<const Error> why = global_set_failure();
+    if (why) {
+      throw Interrupted(ErrorCode::kInternal,
+                        "process set " + std::to_string(id) + " could not be created: " + why->what(), "",
+                        why->ranks());
+    }
+  };
 }
 
 void Engine::stop() {
@@ -478,7 +497,7 @@ int32_t Engine::add_process_set(std::vector<int> ranks) {
     }
   }
   int32_t id = next_set_id_++;
-  create_process_set(id, ranks);
+  create_process_set(id, ranks, unless_global_set_failed(id));
   return id;
 }
 

@@ -59,7 +59,13 @@ class Engine {
   void stop();
   void abort_all(const Error& error);
   std::shared_ptr<const Error> global_set_failure();
-  std::shared_ptr<ProcessSetRuntime> create_process_set(int32_t id, std::vector<int> ranks);
+  std::shared_ptr<ProcessSetRuntime> create_process_set(int32_t id, std::vector<int> ranks,
+                                                        const Interrupt& interrupt = {});
+  // For creating set `id` after the global set: throws Interrupted, naming
+  // the cause, once the global set has failed (a peer died or froze), so
+  // members waiting for a lost member end within the peer timeout rather
+  // than the start-up timeout.
+  Interrupt unless_global_set_failed(int32_t id);
   // Runs a collective on the global set from inside the engine and waits.
   std::vector<std::vector<int32_t>> allgather_on_global_set(const std::vector<int32_t>& values,
                                                             const std::string& name);

@@ -25,6 +25,7 @@
 #include "gpu/gpu_data_plane.h"
 #include "gpu/gpu_plugin_loader.h"
 #include "net/connection_manager.h"
+#include "net/socket.h"
 #include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "transport/communicator.h"
@@ -51,6 +52,10 @@ constexpr size_t kControlRingBytes = 64 * 1024;
 // to 16 members, 64 bytes at 1,024, so rank 0's link never carries what a
 // collective would have spread over every link.
 constexpr size_t kInlineBytesIntoCoordinator = 64 * 1024;
+// How long a member whose peer closed a link under a collective waits for
+// that peer's reason (kAbort, relayed by the coordinator): it is sent right
+// after the peer closed its links, so this only matters when none comes.
+constexpr double kPeerAbortGraceSeconds = 1.0;
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -71,7 +76,7 @@ ProcessSetRuntime::~ProcessSetRuntime() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-void ProcessSetRuntime::start() {
+void ProcessSetRuntime::start(const Interrupt& interrupt) {
   if (member_ < 0) return;
   const auto& cfg = context_.config;
   CommOptions options;
@@ -85,6 +90,7 @@ void ProcessSetRuntime::start() {
   options.hierarchical_allgather = cfg.hierarchical_allgather;
   options.use_mpi = cfg.use_mpi;
   options.spin = cfg.spin;
+  options.interrupt = interrupt;
   comm_ = create_communicator(options, *context_.store, context_.connections);
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
@@ -109,15 +115,15 @@ void ProcessSetRuntime::start() {
     }
     channels_.resize(ranks_.size());
     for (size_t m = 1; m < ranks_.size(); ++m) {
-      channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl"),
+      channels_[m] = ControlChannel(context_.connections->connect(ranks_[m], key_ + "/ctrl", interrupt),
                                     rank_name(ranks_[m]), cfg.peer_timeout_seconds);
     }
   } else if (size() > 1) {
-    channels_.emplace_back(context_.connections->connect(ranks_[0], key_ + "/ctrl"),
+    channels_.emplace_back(context_.connections->connect(ranks_[0], key_ + "/ctrl", interrupt),
                            rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)),
                            cfg.peer_timeout_seconds);
   }
-  connect_rings();
+  connect_rings(interrupt);
   bool spans_hosts = false;
   for (int r : ranks_) spans_hosts = spans_hosts || context_.hosts[static_cast<size_t>(r)] != options.hosts[0];
   if (size() > 1) {
@@ -197,7 +203,7 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
 // attaches and checks the nonce, which fails harmlessly when the host name
 // is shared by another machine, and says whether it did. Both switch right
 // after that answer, so no message can be on the other path.
-void ProcessSetRuntime::connect_rings() {
+void ProcessSetRuntime::connect_rings(const Interrupt& interrupt) {
   const auto& cfg = context_.config;
   const double timeout = std::max(cfg.peer_timeout_seconds, 10.0);
   MessageType type;
@@ -222,7 +228,7 @@ void ProcessSetRuntime::connect_rings() {
     }
     try {
       for (size_t m = 1; m < ranks_.size(); ++m) {
-        channels_[m].receive(&type, &payload, timeout);
+        channels_[m].receive(&type, &payload, timeout, interrupt);
         if (type != MessageType::kRingReply) {
           throw_error(ErrorCode::kInternal, channels_[m].peer() + " did not answer the control-ring offer");
         }
@@ -240,7 +246,7 @@ void ProcessSetRuntime::connect_rings() {
       throw;
     }
   } else if (size() > 1) {
-    channels_[0].receive(&type, &payload, timeout);
+    channels_[0].receive(&type, &payload, timeout, interrupt);
     if (type != MessageType::kRingOffer) {
       throw_error(ErrorCode::kInternal, channels_[0].peer() + " did not send its control-ring offer");
     }
@@ -713,7 +719,45 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
   if (gpu_plane_) gpu_plane_->abort(error);
 }
 
-void ProcessSetRuntime::fail(const Error& error) {
+std::optional<Error> ProcessSetRuntime::peer_abort_within(double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  MessageType type;
+  std::string payload;
+  std::vector<pollfd> fds;
+  size_t open_at_start = 0;
+  for (auto& ch : channels_) open_at_start += ch.open() ? 1 : 0;
+  for (;;) {
+    fds.clear();
+    for (auto& ch : channels_) {
+      try {
+        while (ch.open() && ch.try_receive(&type, &payload)) {
+          if (type == MessageType::kAbort) return decode_failure(payload);
+          // Anything else no longer matters: this set is failing.
+        }
+      } catch (const Error&) {
+        // try_receive closed the channel, or the abort did not decode.
+      }
+      if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+    }
+    // A peer that went without a word (killed) explains the closed link
+    // itself: no one will say more, so waiting on would only delay.
+    if (fds.size() < open_at_start) return std::nullopt;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (fds.empty() || left <= 0) return std::nullopt;
+    // Short sleeps: a ring's bytes come without waking the socket.
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 2)));
+  }
+}
+
+void ProcessSetRuntime::fail(const Error& first_error) {
+  // A peer that closed a link under a collective has usually failed and said
+  // why on its control channel (the coordinator relays what a member says):
+  // report that cause, as the peer does, rather than "connection closed".
+  std::optional<Error> peer_cause;
+  if (dynamic_cast<const LinkClosed*>(&first_error) != nullptr) {
+    peer_cause = peer_abort_within(std::min(kPeerAbortGraceSeconds, context_.config.peer_timeout_seconds));
+  }
+  const Error& error = peer_cause ? *peer_cause : first_error;
   const std::string reason = error.what();
   HVD_LOG(kError, "process set " << id_ << " failed: " << reason);
   // The coordinator tells every member why; a member tells the coordinator,

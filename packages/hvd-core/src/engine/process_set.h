@@ -10,12 +10,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "common/interrupt.h"
 #include "engine/control_channel.h"
 #include "engine/coordinator.h"
 #include "engine/engine_config.h"
@@ -57,8 +59,10 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   int size() const { return static_cast<int>(ranks_.size()); }
 
   // Members only, collective over the members: connects the communicator and
-  // control channels, then starts the background thread.
-  void start();
+  // control channels, then starts the background thread. Its waits for the
+  // other members call `interrupt` (when set) now and then, and end with
+  // what it throws.
+  void start(const Interrupt& interrupt = {});
   // Validated by the caller; takes over the engine's reference of `handle`.
   // Generates Horovod-style names ("allreduce.noname.<n>") for unnamed tensors
   // and rejects names already in flight (Error kDuplicateName).
@@ -83,7 +87,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // "rank 3 (host fh2)", or with a role "rank 0 (host fh1, coordinator of process set 1)".
   std::string rank_name(int global_rank, const std::string& role = "") const;
   void loop();
-  void connect_rings();  // start(): same-host control channels move to shared memory
+  void connect_rings(const Interrupt& interrupt);  // start(): same-host control channels move to shared memory
   // One non-blocking step: handle stop/abort, take the queue, read the
   // control channels, negotiate, execute. Caller holds drive_mu_.
   void step();
@@ -101,7 +105,10 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // has been blocked on for a while; when they changed, sets blocked_ and
   // clears blocked_reported_ (the coordinator must hear of them).
   void refresh_blocked(Clock::time_point now);
-  void fail(const Error& error);
+  void fail(const Error& first_error);
+  // Reads the control channels for up to `seconds` for a peer's kAbort; its
+  // cause, or nothing when none came (or every channel closed first).
+  std::optional<Error> peer_abort_within(double seconds);
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
 

@@ -474,7 +474,7 @@ struct ConnectionManager::Impl {
     return out;
   }
 
-  Socket dial(int peer_rank, const std::string& tag, Clock::time_point deadline) {
+  Socket dial(int peer_rank, const std::string& tag, Clock::time_point deadline, const Interrupt& interrupt) {
     std::string address, me, peer;
     double give_up_after;
     {
@@ -498,6 +498,7 @@ struct ConnectionManager::Impl {
     // drops every packet counts as failing too.
     const double attempt_seconds = give_up_after > 0 ? std::max(0.5, give_up_after / 4) : 1e9;
     while (Clock::now() < deadline) {
+      if (interrupt) interrupt();
       addrinfo hints{};
       hints.ai_family = AF_UNSPEC;
       hints.ai_socktype = SOCK_STREAM;
@@ -554,7 +555,8 @@ struct ConnectionManager::Impl {
   // The dialer's side of the handshake on a fresh connection `s`. Throws
   // HandshakeIoError when the connection fails under it (worth a new
   // connection), Error when the peer fails authentication (not).
-  Socket dialer_handshake(Socket s, int peer_rank, const std::string& tag, Clock::time_point deadline) {
+  Socket dialer_handshake(Socket s, int peer_rank, const std::string& tag, Clock::time_point deadline,
+                          const Interrupt& interrupt) {
     double step_timeout = std::max(0.1, seconds_until(deadline));
     std::string nonce_dialer = random_bytes(kNonceBytes);
     std::string hello(kMagic, 4);
@@ -567,7 +569,9 @@ struct ConnectionManager::Impl {
     std::string reply(kNonceBytes + kProofBytes, '\0');
     try {
       s.send_all(hello.data(), hello.size(), step_timeout);
-      s.recv_all(&reply[0], reply.size(), step_timeout);
+      s.recv_all(&reply[0], reply.size(), step_timeout, interrupt);
+    } catch (const Interrupted&) {
+      throw;
     } catch (const Error& e) {
       throw HandshakeIoError("connect to " + s.peer_name() + " (tag '" + tag + "'): " + e.what());
     }
@@ -586,7 +590,9 @@ struct ConnectionManager::Impl {
     char ack = 0;
     try {
       s.send_all(proof.data(), proof.size(), step_timeout);
-      s.recv_all(&ack, 1, step_timeout);
+      s.recv_all(&ack, 1, step_timeout, interrupt);
+    } catch (const Interrupted&) {
+      throw;
     } catch (const Error& e) {
       // The acceptor checked our proof only if its own was right, so with
       // the same secret this is a dropped connection, not a rejection.
@@ -674,7 +680,7 @@ void ConnectionManager::set_peer_addresses(std::vector<std::string> addresses, s
 
 int ConnectionManager::rejected_connections() const { return impl_->rejected.load(); }
 
-Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
+Socket ConnectionManager::connect(int peer_rank, const std::string& tag, const Interrupt& interrupt) {
   if (peer_rank == impl_->my_rank) {
     throw_error(ErrorCode::kInvalidArgument, "connect: rank " + std::to_string(peer_rank) +
                                                  " cannot connect to itself (tag '" + tag + "')");
@@ -687,10 +693,20 @@ Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
     // The higher rank dials; wait for its authenticated connection.
     std::unique_lock<std::mutex> lock(impl_->mu);
     auto key = std::make_pair(peer_rank, tag);
-    bool ok = impl_->cv.wait_until(lock, deadline, [&] {
+    auto arrived = [&] {
       auto it = impl_->unclaimed.find(key);
       return it != impl_->unclaimed.end() && !it->second.empty();
-    });
+    };
+    bool ok = false;
+    while (!ok && Clock::now() < deadline) {
+      if (interrupt) {
+        lock.unlock();
+        interrupt();
+        lock.lock();
+      }
+      const Clock::time_point until = interrupt ? std::min(deadline, deadline_after(kInterruptSliceSeconds)) : deadline;
+      ok = impl_->cv.wait_until(lock, until, arrived);
+    }
     if (!ok) {
       throw_error(ErrorCode::kInternal, impl_->describe(peer_rank) + " did not connect to " +
                                             impl_->describe(impl_->my_rank) + " (tag '" + tag + "') within " +
@@ -709,9 +725,9 @@ Socket ConnectionManager::connect(int peer_rank, const std::string& tag) {
   // reused port): a reset or closed handshake is tried again on a fresh
   // connection, a few times, within the same deadline. A wrong proof is not.
   for (int attempt = 1;; ++attempt) {
-    Socket s = impl_->dial(peer_rank, tag, deadline);
+    Socket s = impl_->dial(peer_rank, tag, deadline, interrupt);
     try {
-      return impl_->dialer_handshake(std::move(s), peer_rank, tag, deadline);
+      return impl_->dialer_handshake(std::move(s), peer_rank, tag, deadline, interrupt);
     } catch (const HandshakeIoError& e) {
       if (attempt >= kDialerHandshakeAttempts || seconds_until(deadline) <= 0) {
         throw_error(ErrorCode::kInternal, e.what());

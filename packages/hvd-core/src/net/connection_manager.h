@@ -44,8 +44,10 @@ class ConnectionManager {
 
   // An authenticated connection to `peer_rank` for `tag` (e.g. "ps0/ctrl").
   // Throws Error(kInternal) naming the peer and tag on timeout or when the
-  // peer fails authentication.
-  Socket connect(int peer_rank, const std::string& tag);
+  // peer fails authentication. `interrupt`, when set, is called about every
+  // kInterruptSliceSeconds while waiting for the peer; whatever it throws
+  // ends the wait.
+  Socket connect(int peer_rank, const std::string& tag, const Interrupt& interrupt = {});
 
   // Number of incoming connections rejected for failed authentication
   // (for tests and logs).

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -20,8 +21,10 @@ namespace hvd {
 namespace {
 
 [[noreturn]] void throw_io(const std::string& what, const std::string& peer, int err) {
-  throw_error(ErrorCode::kInternal, what + " " + (peer.empty() ? "<unnamed peer>" : peer) +
-                                        " failed: " + (err ? std::strerror(err) : "connection closed by peer"));
+  const std::string message = what + " " + (peer.empty() ? "<unnamed peer>" : peer) +
+                              " failed: " + (err ? std::strerror(err) : "connection closed by peer");
+  if (err == 0 || err == ECONNRESET || err == EPIPE) throw LinkClosed(ErrorCode::kInternal, message);
+  throw_error(ErrorCode::kInternal, message);
 }
 
 // Waits for `events` up to timeout; false when the timeout passed.
@@ -181,6 +184,28 @@ void Socket::recv_all(void* data, size_t size, double timeout_seconds) {
     }
     bytes += n;
     size -= n;
+  }
+}
+
+void Socket::recv_all(void* data, size_t size, double timeout_seconds, const Interrupt& interrupt) {
+  if (!interrupt) return recv_all(data, size, timeout_seconds);
+  char* bytes = static_cast<char*>(data);
+  auto last_progress = std::chrono::steady_clock::now();
+  while (size > 0) {
+    size_t n = recv_some(bytes, size);
+    if (n == 0) {
+      interrupt();
+      const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count();
+      if (idle >= timeout_seconds) {
+        throw_error(ErrorCode::kInternal, "receive from " + peer_name_ + " made no progress for " +
+                                              std::to_string(timeout_seconds) + " s");
+      }
+      wait_for(fd_, POLLIN, std::min(kInterruptSliceSeconds, timeout_seconds - idle));
+      continue;
+    }
+    bytes += n;
+    size -= n;
+    last_progress = std::chrono::steady_clock::now();
   }
 }
 

@@ -20,7 +20,18 @@
 #include <string>
 #include <sys/types.h>
 
+#include "common/interrupt.h"
+
 namespace hvd {
+
+// What a socket throws when the peer closed or reset the connection. A peer
+// that fails closes its links on purpose, so that no one waits for it; the
+// reason, when it has one, follows on its control channel (see
+// ProcessSetRuntime::fail), and is worth more than this.
+class LinkClosed : public Error {
+ public:
+  using Error::Error;
+};
 
 // What a peer link's bytes get after the handshake.
 enum class DataProtection { kNone = 0, kAuthenticate = 1, kEncrypt = 2 };
@@ -56,6 +67,9 @@ class Socket {
   // but live link never times out.
   void send_all(const void* data, size_t size, double timeout_seconds);
   void recv_all(void* data, size_t size, double timeout_seconds);
+  // recv_all() that calls `interrupt` about every kInterruptSliceSeconds
+  // while nothing arrives; whatever it throws ends the wait.
+  void recv_all(void* data, size_t size, double timeout_seconds, const Interrupt& interrupt);
   // Non-blocking variants: return bytes moved (0 if it would block); throw
   // on EOF or error.
   size_t send_some(const void* data, size_t size);

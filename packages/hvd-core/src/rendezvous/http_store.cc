@@ -37,6 +37,9 @@ using Clock = std::chrono::steady_clock;
 // The server answers a long-poll after at most this long (MAX_WAIT_SECONDS in
 // rendezvous.py); longer waits are split into repeated requests.
 constexpr double kMaxWaitPerRequestSeconds = 30.0;
+// An interruptible get() asks again this often (each time a new request, so
+// not as often as kInterruptSliceSeconds).
+constexpr double kInterruptiblePollSeconds = 0.5;
 // Extra time allowed for a response beyond the requested wait, so a loaded
 // server that is late by a little is not mistaken for a dead one.
 constexpr double kResponseSlackSeconds = 10.0;
@@ -234,11 +237,18 @@ class HttpStore : public Store {
   }
 
   std::string get(const std::string& key, double timeout_seconds) override {
+    return get_interruptible(key, timeout_seconds, {});
+  }
+
+  std::string get_interruptible(const std::string& key, double timeout_seconds,
+                                const Interrupt& interrupt) override {
     Clock::time_point deadline = deadline_after(timeout_seconds);
     std::string path = "/v1/kv/" + encode_key(key);
     std::string what = "get '" + key + "'";
     while (true) {
-      double wait = std::min(std::max(0.0, seconds_until(deadline)), kMaxWaitPerRequestSeconds);
+      if (interrupt) interrupt();
+      double wait = std::min(std::max(0.0, seconds_until(deadline)),
+                             interrupt ? kInterruptiblePollSeconds : kMaxWaitPerRequestSeconds);
       HttpResponse response = call("GET", path + "?wait=" + format_seconds(wait), "", deadline,
                                    timeout_seconds, /*idempotent=*/true, what, {200, 404});
       if (response.status == 200) return response.body;

@@ -12,6 +12,8 @@
 #include <condition_variable>
 #include <string>
 
+#include "common/interrupt.h"
+
 namespace hvd {
 
 class Store {
@@ -21,6 +23,10 @@ class Store {
   // Waits until `key` exists. Throws Error(kInternal) naming the key and the
   // timeout when it does not appear in time, or when the store is unreachable.
   virtual std::string get(const std::string& key, double timeout_seconds) = 0;
+  // get(), calling `interrupt` (when set) about every kInterruptSliceSeconds
+  // while the key is absent; whatever it throws ends the wait. A wait that
+  // runs out throws as get() does.
+  virtual std::string get_interruptible(const std::string& key, double timeout_seconds, const Interrupt& interrupt);
   // Atomically adds `delta` to the integer at `key` (absent = 0); returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Sets `key` if that can be done within about `timeout_seconds`; never
@@ -41,6 +47,10 @@ class PrefixStore : public Store {
   void set(const std::string& key, const std::string& value) override { base_.set(prefix_ + key, value); }
   std::string get(const std::string& key, double timeout_seconds) override {
     return base_.get(prefix_ + key, timeout_seconds);
+  }
+  std::string get_interruptible(const std::string& key, double timeout_seconds,
+                                const Interrupt& interrupt) override {
+    return base_.get_interruptible(prefix_ + key, timeout_seconds, interrupt);
   }
   int64_t add(const std::string& key, int64_t delta) override { return base_.add(prefix_ + key, delta); }
   void try_set(const std::string& key, const std::string& value, double timeout_seconds) override {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/interrupt.h"
 
 namespace hvd {
 
@@ -50,6 +51,11 @@ struct CommOptions {
   // Whether waits may busy-poll (the engine's choice for this machine, see
   // EngineConfig::spin); unset: the transport judges from its own members.
   std::optional<bool> spin;
+  // Called now and then while the constructor waits for other members (store
+  // keys, connections); what it throws ends the wait. The engine's throws
+  // when the job has failed meanwhile, e.g. a member died after agreeing to
+  // create the set.
+  Interrupt interrupt;
 };
 
 class Communicator {

@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "auth/hmac_sha256.h"
 #include "common/error.h"
+#include "common/interrupt.h"
 #include "net/connection_manager.h"
 #include "test_harness.h"
 
@@ -284,6 +286,57 @@ HVD_TEST(dialer_retries_a_handshake_the_acceptor_reset) {
   fake.join();
   ::close(lfd);
   EXPECT_TRUE(connected);
+}
+
+// Throws Interrupted once `after` seconds have passed since it was made.
+Interrupt interrupt_after(double after) {
+  const auto at = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                         std::chrono::duration<double>(after));
+  return [at] {
+    if (std::chrono::steady_clock::now() >= at) throw Interrupted(ErrorCode::kInternal, "the job failed meanwhile");
+  };
+}
+
+// Runs cm.connect(peer, tag, interrupt); what it threw and after how long.
+std::pair<std::string, double> interrupted_connect(ConnectionManager& cm, int peer, const std::string& tag,
+                                                   const Interrupt& interrupt) {
+  auto start = std::chrono::steady_clock::now();
+  std::string what = "connected";
+  try {
+    cm.connect(peer, tag, interrupt);
+  } catch (const Interrupted& e) {
+    what = std::string("interrupted: ") + e.what();
+  } catch (const Error& e) {
+    what = std::string("other error: ") + e.what();
+  }
+  return {what, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+HVD_TEST(an_interrupt_ends_the_wait_for_a_peer_that_never_dials) {
+  ConnectionManager cm0(0, "secret", "127.0.0.1", 30.0);
+  cm0.set_peer_addresses({cm0.address(), "127.0.0.1:9"});
+  auto [what, seconds] = interrupted_connect(cm0, 1, "never", interrupt_after(0.3));
+  EXPECT_EQ(what, std::string("interrupted: the job failed meanwhile"));
+  EXPECT_TRUE(seconds >= 0.3 && seconds < 2.0);
+}
+
+HVD_TEST(an_interrupt_ends_a_handshake_with_a_peer_that_never_answers) {
+  // A frozen peer: its kernel accepts the connection, nothing ever answers
+  // the hello. Without the interrupt the dialer waits out its 30 s.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_TRUE(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  EXPECT_TRUE(::listen(lfd, 8) == 0);
+  socklen_t len = sizeof(addr);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ConnectionManager cm1(1, "secret", "127.0.0.1", 30.0);
+  cm1.set_peer_addresses({"127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), cm1.address()});
+  auto [what, seconds] = interrupted_connect(cm1, 0, "frozen", interrupt_after(0.3));
+  ::close(lfd);
+  EXPECT_EQ(what, std::string("interrupted: the job failed meanwhile"));
+  EXPECT_TRUE(seconds >= 0.3 && seconds < 2.0);
 }
 
 HVD_TEST(peer_supplied_tag_is_logged_escaped_and_capped) {

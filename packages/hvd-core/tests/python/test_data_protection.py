@@ -14,15 +14,34 @@ TCP = {"HOROVOD_SHM_DISABLE": "1", "HOROVOD_PEER_TIMEOUT_SECONDS": "10"}
 FLIP_AT = 300001
 
 
+# (size, dialer, acceptor, toward_acceptor, detecting rank, sender): in the
+# TCP ring rank r sends to rank r + 1, so the changed byte reaches one rank.
+TAMPERED_LINKS = {
+    # rank 1 -> rank 0, the coordinator finds it
+    "coordinator finds it": (2, 1, 0, True, 0, 1),
+    # rank 1 -> rank 2 (rank 2 dials rank 1): a worker finds it, the
+    # coordinator relays its reason to the third rank
+    "a worker finds it": (3, 2, 1, False, 2, 1),
+}
+
+
+@pytest.mark.parametrize("link", sorted(TAMPERED_LINKS))
 @pytest.mark.parametrize("knob", ["HOROVOD_DATA_AUTH", "HOROVOD_DATA_ENCRYPT"])
-def test_a_byte_changed_between_ranks_fails_the_job_on_every_rank_naming_the_sender(knob):
-    results = ranks.run_program(2, "data_protection:allreduce_through_tampering_proxy", timeout=90,
-                                kwargs={"flip_at": FLIP_AT}, env=dict(TCP, **{knob: "1"}))
-    outcome0, outcome1 = (res.last_json()["outcome"] for res in results)
-    assert outcome0.startswith("failed: HorovodInternalError"), results[0]
-    assert "data from member 1 (global rank 1) failed authentication" in outcome0, outcome0
-    # Rank 1 learns it from rank 0 (the job is aborted), not by waiting out a timeout.
-    assert outcome1.startswith("failed: HorovodInternalError"), results[1]
+def test_a_byte_changed_between_ranks_fails_the_job_on_every_rank_naming_the_sender(knob, link):
+    size, dialer, acceptor, toward_acceptor, finder, sender = TAMPERED_LINKS[link]
+    results = ranks.run_program(size, "data_protection:allreduce_through_tampering_proxy", timeout=90,
+                                kwargs={"flip_at": FLIP_AT, "dialer": dialer, "acceptor": acceptor,
+                                        "toward_acceptor": toward_acceptor},
+                                env=dict(TCP, **{knob: "1"}))
+    outcomes = [res.last_json()["outcome"] for res in results]
+    found = "on member %d (global rank %d): data from member %d (global rank %d) failed authentication" % (
+        finder, finder, sender, sender)
+    # Every rank reports the cause (the others learn it from the finder's
+    # abort, relayed by the coordinator), not the connection the finder
+    # closed, and not by waiting out a timeout.
+    for rank, outcome in enumerate(outcomes):
+        assert outcome.startswith("failed: HorovodInternalError"), results[rank]
+        assert found in outcome, (rank, outcomes)
 
 
 def test_without_the_knob_the_same_change_goes_unnoticed():

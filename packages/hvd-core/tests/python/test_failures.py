@@ -2,7 +2,9 @@
 # collective on every survivor into HorovodInternalError within the bound;
 # shutdown() then init() works again in the same process. What the ranks
 # run is in rank_programs/failures.py.
+import hashlib
 import os
+import signal
 import time
 
 import pytest
@@ -56,6 +58,59 @@ def test_frozen_peer_is_detected_by_heartbeat():
         out = res.last_json()
         assert out["error"] and out["elapsed"] < 4.0, out
         assert "rank 2" in out["error"], out
+
+
+class _SignalInsideProcessSetCreation:
+    """A store watcher that signals rank `victim` when it reaches `key_suffix` of process set 1.
+
+    The watcher runs before the store answers the victim's request, so the
+    victim is stopped or killed inside hvd.add_process_set, after the ranks
+    agreed on the set and before it has finished its part of creating it.
+    """
+
+    def __init__(self, victim, key_suffix, signal_name):
+        self.victim, self.key_suffix, self.signum = victim, key_suffix, getattr(signal, signal_name)
+        self.pid = None
+        self.set_key = None  # the new set's key ("<job>/g0/ps1"): its arena's name derives from it
+        self.arena_existed = False  # when the victim was signalled (so the name below is the right one)
+
+    def __call__(self, server):
+        server.watch(self.on_change)
+
+    def on_change(self, key, value):
+        if key.endswith(b"/g0/peer/%d" % self.victim):
+            self.pid = int(value.split(b"\n")[2])  # the engine publishes host, address, pid, ...
+        elif key.endswith(b"/ps1" + self.key_suffix) and self.set_key is None:
+            self.set_key = key[:-len(self.key_suffix)]
+            os.kill(self.pid, self.signum)
+            self.arena_existed = os.path.exists(self.arena_path())
+
+    def arena_path(self):
+        return "/dev/shm/hvd-" + hashlib.sha256(self.set_key).hexdigest()[:40]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("victim,key_suffix", [(0, b"/shm/ready"), (1, b"/shm/attached")])
+def test_peer_lost_while_a_process_set_is_created_fails_survivors_within_the_peer_timeout(victim, key_suffix,
+                                                                                         signal_name):
+    # Creating a set waits for its members (shared memory, connections) as
+    # start-up does, for up to HOROVOD_GLOO_TIMEOUT_SECONDS; a member that
+    # dies or freezes meanwhile must be noticed as fast as in a collective.
+    watcher = _SignalInsideProcessSetCreation(victim, key_suffix, signal_name)
+    results = ranks.run_program(3, "failures:peer_lost_while_a_process_set_is_created", timeout=60,
+                                env={"HOROVOD_PEER_TIMEOUT_SECONDS": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "30",
+                                     "HOROVOD_DYNAMIC_PROCESS_SETS": "1"},
+                                kill_when_done=[victim], store_hook=watcher)
+    assert watcher.set_key is not None, "the victim never reached %r:\n%s" % (key_suffix, results[victim])
+    for res in results:
+        if res.rank == victim:
+            continue
+        assert res.returncode == 0, str(res)
+        out = res.last_json()
+        assert out["error"] and out["seconds"] < 2 + 3, out
+        assert "rank %d" % victim in out["error"], out
+    # The set's arena is removed by a survivor, whichever member was lost.
+    assert watcher.arena_existed and not os.path.exists(watcher.arena_path())
 
 
 def test_peer_death_while_idle_fails_the_next_collective():

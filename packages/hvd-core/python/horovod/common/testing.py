@@ -74,14 +74,16 @@ def rank_env(rank, size, port, secret, hosts=None, extra=None):
 
 
 def run(size, code, preamble="", timeout=120, hosts=None, env=None, rank_env_overrides=None,
-        kill_when_done=(), cwd=None):
+        kill_when_done=(), cwd=None, store_hook=None):
     """Runs `preamble` + dedented `code` as `size` ranks; returns a RankResult per rank, in rank order.
 
     `env` is added to every rank's environment, `rank_env_overrides[r]` to
     rank r's. Ranks in `kill_when_done` are not waited for: they are killed
     once the others exit. When `timeout` passes every rank is killed and an
     AssertionError carries all output (a hang fails, never sticks). `cwd` is
-    the ranks' working directory (default: this process's).
+    the ranks' working directory (default: this process's). `store_hook`, when
+    given, is called with the job's RendezvousServer before any rank starts
+    (a test may watch the keys the ranks set, see RendezvousServer.watch).
     """
     secret = make_secret()
     server = RendezvousServer(secret, host="127.0.0.1")
@@ -89,6 +91,8 @@ def run(size, code, preamble="", timeout=120, hosts=None, env=None, rank_env_ove
     script = textwrap.dedent(preamble) + textwrap.dedent(code)
     procs = []
     try:
+        if store_hook is not None:
+            store_hook(server)
         for r in range(size):
             e = rank_env(r, size, port, secret, hosts, env)
             e.update((rank_env_overrides or {}).get(r, {}))
@@ -157,7 +161,7 @@ def run_program(size, target, path=None, kwargs=None, **run_kwargs):
     The module is imported from `path` (default: this process's working directory), the
     function is called with `kwargs` (JSON-serialisable) and, when it returns
     something other than None, its value is report()ed. Other arguments are
-    run()'s (timeout, hosts, env, rank_env_overrides, kill_when_done, cwd).
+    run()'s (timeout, hosts, env, rank_env_overrides, kill_when_done, cwd, store_hook).
     """
     return run(size, _program_script(target, path, kwargs), **run_kwargs)
 

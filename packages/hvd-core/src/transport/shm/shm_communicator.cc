@@ -258,7 +258,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
     }
   } else {
     try {
-      store.get(options.key + "/shm/ready", rendezvous_timeout);
+      store.get_interruptible(options.key + "/shm/ready", rendezvous_timeout, options.interrupt);
     } catch (...) {
       // Member 0 died (or is hopelessly late) between creating the arena and
       // announcing it: nobody else would remove the name, and this job can

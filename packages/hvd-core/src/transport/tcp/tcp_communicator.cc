@@ -55,7 +55,7 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, ConnectionManager& 
   std::string tag = options.key + "/data";
   for (int m = 0; m < size_; ++m) {
     if (m == rank_) continue;
-    links_[m] = connections.connect(options.global_ranks[m], tag);
+    links_[m] = connections.connect(options.global_ranks[m], tag, options.interrupt);
     links_[m].set_peer_name(member_name(m));
   }
 }
@@ -167,6 +167,7 @@ void TcpCommunicator::run(std::vector<Transfer>& transfers, const char* op) {
     // The byte streams are now out of step for good; closing our links makes
     // every peer fail promptly too instead of waiting for its own timeout.
     abort(message);
+    if (dynamic_cast<const LinkClosed*>(&e) != nullptr) throw LinkClosed(ErrorCode::kInternal, message);
     throw_error(ErrorCode::kInternal, message);
   }
 }

@@ -42,8 +42,11 @@ def _pump(source, sink, flip_at):
                 pass
 
 
-def _start_proxy(target, flip_at):
-    """A TCP proxy to target ("ip:port") that changes byte flip_at of what each client sends; returns its port."""
+def _start_proxy(target, flip_at, toward_target=True):
+    """A TCP proxy to target ("ip:port") that changes byte flip_at of each stream one way; returns its port.
+
+    The stream changed is what the client sends (toward_target) or what the target answers.
+    """
     host, port = target.rsplit(":", 1)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -53,25 +56,32 @@ def _start_proxy(target, flip_at):
         while True:
             client, _ = listener.accept()
             upstream = socket.create_connection((host, int(port)))
-            for args in ((client, upstream, flip_at), (upstream, client, None)):
+            flips = (flip_at, None) if toward_target else (None, flip_at)
+            for args in ((client, upstream, flips[0]), (upstream, client, flips[1])):
                 threading.Thread(target=_pump, args=args, daemon=True).start()
 
     threading.Thread(target=accept_loop, daemon=True).start()
     return listener.getsockname()[1]
 
 
-def allreduce_through_tampering_proxy(flip_at):
-    """Rank 1 dials rank 0 through a proxy that flips one bit at flip_at of every rank-1-to-rank-0 stream."""
-    if os.environ["HOROVOD_RANK"] == "1":
-        # Before init: point this rank at the proxy instead of rank 0's
+def allreduce_through_tampering_proxy(flip_at, dialer=1, acceptor=0, toward_acceptor=True):
+    """Rank `dialer` reaches rank `acceptor` (a lower rank) through a proxy that flips one bit at flip_at.
+
+    The bit is in each stream from dialer to acceptor (toward_acceptor), or
+    from acceptor to dialer. In the TCP ring rank r sends to rank r + 1.
+    """
+    if int(os.environ["HOROVOD_RANK"]) == dialer:
+        # Before init: point this rank at the proxy instead of the acceptor's
         # listener, as an attacker on the path would (only the store entry
-        # changes; rank 0 and its secret are untouched).
+        # changes; the acceptor and its secret are untouched). Every rank
+        # above the acceptor dials it this way: the tests pick a pair where
+        # the dialer is the only one.
         secret = os.environ["HOROVOD_SECRET_KEY"]
         client = RendezvousClient(os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
                                   int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]), secret)
-        key = hashlib.sha256(secret.encode()).hexdigest()[:16] + "/g0/peer/0"
+        key = hashlib.sha256(secret.encode()).hexdigest()[:16] + "/g0/peer/%d" % acceptor
         lines = client.get(key, timeout=30).decode().split("\n")
-        lines[1] = "127.0.0.1:%d" % _start_proxy(lines[1], flip_at)
+        lines[1] = "127.0.0.1:%d" % _start_proxy(lines[1], flip_at, toward_acceptor)
         client.set(key, "\n".join(lines).encode())
     hvd.init()
     x = np.arange(TAMPERED_ELEMENTS, dtype=np.float32) * (hvd.rank() + 1)
@@ -79,7 +89,7 @@ def allreduce_through_tampering_proxy(flip_at):
         y = hvd.allreduce(x, op=hvd.Sum, name="tampered")
     except Exception as e:  # noqa: BLE001 - the outcome is what the test checks
         return {"outcome": "failed: %s: %s" % (type(e).__name__, e)}
-    expected = np.arange(TAMPERED_ELEMENTS, dtype=np.float32) * 3
+    expected = np.arange(TAMPERED_ELEMENTS, dtype=np.float32) * sum(range(1, hvd.size() + 1))
     return {"outcome": "completed", "correct": bool(np.array_equal(y, expected))}
 
 

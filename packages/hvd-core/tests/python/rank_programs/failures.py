@@ -139,3 +139,20 @@ def other_threads_answer_while_init_waits(late_by):
     return {"init_seconds": time.monotonic() - start, "slowest_answer": slowest,
             "answered_not_yet": answers.count(False), "after": hvd.is_initialized(),
             "sum": float(hvd.allreduce(np.ones(1), op=hvd.Sum)[0])}
+
+
+def peer_lost_while_a_process_set_is_created():
+    """Ranks 0 and 1 add a set of the two; the test stops or kills one of them inside it.
+
+    Rank 2, not a member, goes on to a collective of the global set.
+    """
+    hvd.init()
+    x = np.ones(4, np.float32)
+    hvd.allreduce(x, name="warm")
+    t0 = time.monotonic()
+    try:
+        pair = hvd.add_process_set([0, 1])
+        hvd.allreduce(x, name="after", process_set=pair if hvd.rank() < 2 else hvd.global_process_set)
+        return {"error": None}
+    except hvd.HorovodInternalError as e:
+        return {"error": str(e), "seconds": time.monotonic() - t0}
