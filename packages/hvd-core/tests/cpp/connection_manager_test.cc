@@ -239,9 +239,8 @@ HVD_TEST(a_flood_of_silent_connections_does_not_keep_real_peers_out) {
   for (int fd : silent) ::close(fd);
 }
 
-HVD_TEST(dialer_retries_a_handshake_the_acceptor_reset) {
-  // A stand-in for rank 0 that resets the first connection after reading
-  // its hello, then completes the handshake on the next one.
+// A listening socket on 127.0.0.1 at a free port (a stand-in for a peer): its fd and address.
+std::pair<int, std::string> loopback_listener() {
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -250,6 +249,15 @@ HVD_TEST(dialer_retries_a_handshake_the_acceptor_reset) {
   EXPECT_TRUE(::listen(lfd, 8) == 0);
   socklen_t len = sizeof(addr);
   getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {lfd, "127.0.0.1:" + std::to_string(ntohs(addr.sin_port))};
+}
+
+HVD_TEST(dialer_retries_a_handshake_the_acceptor_reset) {
+  // A stand-in for rank 0 that resets the first connection after reading
+  // its hello, then completes the handshake on the next one.
+  const auto listener = loopback_listener();
+  const int lfd = listener.first;
+  const std::string& listen_address = listener.second;
   const std::string tag = "retry";
   std::thread fake([&] {
     int first = ::accept(lfd, nullptr, nullptr);
@@ -274,7 +282,7 @@ HVD_TEST(dialer_retries_a_handshake_the_acceptor_reset) {
     ::close(fd);
   });
   ConnectionManager cm1(1, "secret", "127.0.0.1", 5.0);
-  cm1.set_peer_addresses({"127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), cm1.address()});
+  cm1.set_peer_addresses({listen_address, cm1.address()});
   bool connected = false;
   try {
     Socket s = cm1.connect(0, tag);
@@ -323,16 +331,11 @@ HVD_TEST(an_interrupt_ends_the_wait_for_a_peer_that_never_dials) {
 HVD_TEST(an_interrupt_ends_a_handshake_with_a_peer_that_never_answers) {
   // A frozen peer: its kernel accepts the connection, nothing ever answers
   // the hello. Without the interrupt the dialer waits out its 30 s.
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  EXPECT_TRUE(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  EXPECT_TRUE(::listen(lfd, 8) == 0);
-  socklen_t len = sizeof(addr);
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const auto listener = loopback_listener();
+  const int lfd = listener.first;
+  const std::string& listen_address = listener.second;
   ConnectionManager cm1(1, "secret", "127.0.0.1", 30.0);
-  cm1.set_peer_addresses({"127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), cm1.address()});
+  cm1.set_peer_addresses({listen_address, cm1.address()});
   auto [what, seconds] = interrupted_connect(cm1, 0, "frozen", interrupt_after(0.3));
   ::close(lfd);
   EXPECT_EQ(what, std::string("interrupted: the job failed meanwhile"));
