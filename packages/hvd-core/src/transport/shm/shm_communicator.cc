@@ -58,6 +58,14 @@ constexpr size_t kSmallAllreduceBytes = 32 * 1024;
 // machines and, repeated per chunk, would dominate large collectives.
 constexpr auto kSpinTime = std::chrono::microseconds(2000);
 constexpr auto kMinSpinTime = std::chrono::microseconds(200);
+// A peer not there after this long has most likely lost its CPU (other work
+// on the machine): spinning on, with a sched_yield() between polls, lets it
+// (or whatever holds the CPU) run, where pure spinning would hold the CPU
+// for the rest of the budget. With nothing else runnable sched_yield returns
+// at once, so an idle machine only pays the system call. Measured under load
+// (a CI run on the 2 CPUs, P=2 shm_allreduce_bench, three interleaved rounds):
+// 16 MiB 7.2-26 ms -> 5.7-6.4 ms, 4 MiB 1.9-5.0 -> 1.3-1.7 ms; 4 B unchanged.
+constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 constexpr auto kYieldTime = std::chrono::microseconds(2000);
 constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
@@ -389,12 +397,15 @@ void ShmCommunicator::wait_for_generation(uint32_t generation, uint64_t target_s
   Clock::time_point start = Clock::now();
   if (spin_) {
     Clock::time_point spin_end = start + spin_budget_;
+    const Clock::time_point yield_from = start + kSpinBeforeYield;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (current.load(std::memory_order_acquire) != generation) return;
         cpu_pause();
       }
-      if (Clock::now() > spin_end) break;
+      Clock::time_point now = Clock::now();
+      if (now > spin_end) break;
+      if (now > yield_from) sched_yield();
     }
   } else {
     // More members than CPUs: the member we wait for may need our CPU, so
