@@ -25,8 +25,12 @@ def test_autotune_logs_each_sample_and_keeps_every_rank_exact(tmp_path):
     assert len(samples) == 8, samples
     defaults = samples[0]
     assert defaults["tensor_fusion_threshold"] == 128 and defaults["cycle_time_ms"] == 1  # hvd's defaults first
+    knobs = ("tensor_fusion_threshold", "cycle_time_ms")
     for s in samples[1:]:
-        assert 0 <= s["tensor_fusion_threshold"] <= 64 or s == defaults, s
+        # The search's points lie within its bounds; the last two rows (the
+        # best with the cache the other way, then the best) may be the
+        # defaults' knobs when the defaults scored best.
+        assert 0 <= s["tensor_fusion_threshold"] <= 64 or [s[k] for k in knobs] == [defaults[k] for k in knobs], s
         assert 1 <= s["cycle_time_ms"] <= 100, s
         assert s["score"] > 0, s
     assert [s["cache_enabled"] for s in samples[:6]] == [1] * 6
