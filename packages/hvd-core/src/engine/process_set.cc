@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "auth/hmac_sha256.h"
+#include "common/deadline.h"
 #include "common/logging.h"
 #include "engine/autotune.h"
 #include "engine/executor.h"
@@ -720,7 +721,7 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
 }
 
 std::optional<Error> ProcessSetRuntime::peer_abort_within(double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto deadline = deadline_after(seconds);
   MessageType type;
   std::string payload;
   std::vector<pollfd> fds;

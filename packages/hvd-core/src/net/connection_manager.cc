@@ -41,6 +41,7 @@
 #include <thread>
 
 #include "auth/hmac_sha256.h"
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/logging.h"
 
@@ -70,14 +71,6 @@ constexpr double kMaxHandshakeSeconds = 5.0;
 constexpr int kDialerHandshakeAttempts = 4;
 // Peer-supplied bytes shown in a log line or error, at most.
 constexpr size_t kMaxLoggedBytes = 64;
-
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-double seconds_until(Clock::time_point t) {
-  return std::chrono::duration<double>(t - Clock::now()).count();
-}
 
 std::string format_seconds(double seconds) {
   char buf[32];

@@ -24,6 +24,7 @@
 
 #include "auth/hmac_sha256.h"
 #include "common/env.h"
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "rendezvous/http_response.h"
@@ -50,15 +51,6 @@ constexpr int kMaxClockSkewSeconds = 300;
 // the store, and reading stops there rather than buffering it.
 constexpr size_t kMaxResponseHeaderBytes = 64 * 1024;
 constexpr size_t kMaxResponseBodyBytes = 16 * 1024 * 1024;
-
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(std::max(0.0, seconds)));
-}
-
-double seconds_until(Clock::time_point deadline) {
-  return std::chrono::duration<double>(deadline - Clock::now()).count();
-}
 
 using http::HttpResponse;
 using http::parse_response;

@@ -3,20 +3,18 @@
 #include "rendezvous/store.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "common/deadline.h"
 #include "common/error.h"
 
 namespace hvd {
 
 std::string Store::get_interruptible(const std::string& key, double timeout_seconds, const Interrupt& interrupt) {
   if (!interrupt) return get(key, timeout_seconds);
-  using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  const auto deadline = deadline_after(timeout_seconds);
   for (;;) {
     interrupt();
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    const double left = seconds_until(deadline);
     try {
       return get(key, std::max(0.0, std::min(left, kInterruptSliceSeconds)));
     } catch (const Error&) {
