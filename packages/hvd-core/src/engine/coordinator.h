@@ -48,6 +48,7 @@ class Coordinator {
   void member_left(int member);
   // Why the set is unusable because members left; empty when none did.
   std::string departure() const;
+  bool members_left() const { return !left_.empty(); }
   // The global ranks of the members that left.
   std::vector<int> left_ranks() const;
   // Nothing is pending and nobody waits in join.

@@ -34,6 +34,8 @@ namespace {
 
 class Writer {
  public:
+  // Most messages are one small request or response: one allocation.
+  Writer() { out_.reserve(256); }
   template <typename T>
   void pod(T v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
   void str(const std::string& s) {

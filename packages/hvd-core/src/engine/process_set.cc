@@ -65,7 +65,13 @@ const char* kShutDownMessage =
 }  // namespace
 
 ProcessSetRuntime::ProcessSetRuntime(const ProcessSetContext& context, int32_t id, std::vector<int> ranks)
-    : context_(context), id_(id), ranks_(std::move(ranks)) {
+    : context_(context),
+      id_(id),
+      ranks_(std::move(ranks)),
+      heartbeat_interval_(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(context_.config.peer_timeout_seconds / 5))),
+      peer_timeout_(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(context_.config.peer_timeout_seconds))) {
   auto it = std::find(ranks_.begin(), ranks_.end(), context_.global_rank);
   if (it != ranks_.end()) member_ = static_cast<int>(it - ranks_.begin());
   key_ = context_.key_prefix + "ps" + std::to_string(id_);
@@ -414,6 +420,9 @@ void ProcessSetRuntime::wait_for_events(std::vector<pollfd> fds, Clock::time_poi
 }
 
 void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
+  // Most steps of a waiting caller find nothing new: skip the lock. A handle
+  // enqueued just after this load is taken by the next step.
+  if (!queue_nonempty_.load(std::memory_order_acquire)) return;
   std::vector<hvd_handle*> taken;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -469,13 +478,18 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       }
       continue;
     }
-    std::vector<LocalTensor> locals;
-    locals.reserve(r.names.size());
+    // Reused between responses: most responses name one tensor, and their
+    // steady state should not allocate.
+    std::vector<LocalTensor>& locals = execute_locals_;
+    std::vector<InFlight::iterator>& found = execute_found_;
+    locals.clear();
+    found.clear();
     bool joined = std::find(r.joined_ranks.begin(), r.joined_ranks.end(), member_) != r.joined_ranks.end();
     for (const auto& name : r.names) {
       auto it = in_flight_.find(name);
       if (it != in_flight_.end()) {
         locals.push_back(it->second);
+        found.push_back(it);
       } else if (joined) {
         locals.push_back(LocalTensor{});
       } else {
@@ -485,8 +499,9 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
     }
     // Names are free again before completion, so a caller woken by the
     // completion may immediately reuse the name.
-    for (const auto& name : r.names) {
-      if (in_flight_.count(name)) release_name(name);
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      for (auto it : found) names_in_flight_.erase(it->first);
     }
     GpuDataPlane* gpu = r.device == Device::kCuda ? &gpu_plane(locals) : nullptr;
     DataPlane& plane = gpu != nullptr ? static_cast<DataPlane&>(*gpu) : *host_plane_;
@@ -498,7 +513,7 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       plane.discard_completions();
       throw;
     }
-    for (const auto& name : r.names) in_flight_.erase(name);
+    for (auto it : found) in_flight_.erase(it);
     if (gpu != nullptr) {
       gpu->end();  // completed by poll() once the GPU is done
     } else {
@@ -562,13 +577,11 @@ std::string ProcessSetRuntime::rank_name(int global_rank, const std::string& rol
 
 void ProcessSetRuntime::check_heartbeats(Clock::time_point now) {
   const double timeout = context_.config.peer_timeout_seconds;
-  const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout / 5));
-  const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   for (size_t i = 0; i < channels_.size(); ++i) {
     ControlChannel& ch = channels_[i];
     if (!ch.open()) continue;
-    if (now - ch.last_sent() > interval) ch.send(MessageType::kHeartbeat, "");
-    if (now - ch.last_received() > limit) {
+    if (now - ch.last_sent() > heartbeat_interval_) ch.send(MessageType::kHeartbeat, "");
+    if (now - ch.last_received() > peer_timeout_) {
       const std::string reason = ch.peer() + " sent nothing for " + std::to_string(static_cast<int>(timeout)) +
                                  " s: it is frozen, unreachable or dead (HOROVOD_PEER_TIMEOUT_SECONDS=" +
                                  std::to_string(timeout) + ")";
@@ -625,8 +638,8 @@ void ProcessSetRuntime::step_coordinator() {
   }
   std::string diverged = coordinator_->inspect_divergence(now);
   if (!diverged.empty()) throw_error(ErrorCode::kInternal, diverged, "", ranks_);
-  std::string departed = coordinator_->departure();
-  if (!departed.empty()) {
+  if (coordinator_->members_left()) {
+    std::string departed = coordinator_->departure();
     auto departure = std::make_shared<const Error>(ErrorCode::kInternal, departed, "", coordinator_->left_ranks());
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
@@ -637,7 +650,7 @@ void ProcessSetRuntime::step_coordinator() {
     if (!coordinator_->idle()) throw *departure;
   }
   wake_at_ = Clock::time_point::max();
-  auto responses = coordinator_->take_responses(Clock::now(), &wake_at_);
+  auto responses = coordinator_->take_responses(now, &wake_at_);
   if (autotuner_ && autotuner_->observe(responses, Clock::now())) {
     const TunedSettings& next = autotuner_->settings();
     coordinator_->retune(next.fusion_threshold_bytes, next.cycle_time_seconds, next.cache_enabled);
@@ -650,8 +663,8 @@ void ProcessSetRuntime::step_coordinator() {
       }
     }
     execute(responses);
+    now = Clock::now();  // a large collective may have taken long
   }
-  now = Clock::now();
   check_heartbeats(now);
   if (now >= next_stall_check_) {
     next_stall_check_ = now + std::chrono::seconds(1);
@@ -666,16 +679,19 @@ void ProcessSetRuntime::step_worker() {
   if (!metas.empty()) channels_[0].send(MessageType::kRequests, encode_requests(metas));
   // After the requests on the same channel: the coordinator always knows a
   // tensor before hearing that this rank is blocked on it.
-  refresh_blocked(Clock::now());
+  auto now = Clock::now();
+  refresh_blocked(now);
   if (!blocked_reported_) {
     channels_[0].send(MessageType::kWaiting, encode_names(blocked_));
     blocked_reported_ = true;
   }
   MessageType type;
   std::string payload;
+  bool executed = false;
   while (channels_[0].open() && channels_[0].try_receive(&type, &payload)) {
     if (type == MessageType::kResponses) {
       execute(decode_responses(payload));
+      executed = true;
     } else if (type == MessageType::kGoodbye) {
       channels_[0].close();
       std::string reason = rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)) +
@@ -692,7 +708,8 @@ void ProcessSetRuntime::step_worker() {
       throw decode_failure(payload);
     }
   }
-  check_heartbeats(Clock::now());
+  if (executed) now = Clock::now();  // a large collective may have taken long
+  check_heartbeats(now);
 }
 
 void ProcessSetRuntime::fail_everything(const Error& error) {

@@ -115,6 +115,10 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   ProcessSetContext context_;
   int32_t id_;
   std::vector<int> ranks_;
+  // From HOROVOD_PEER_TIMEOUT_SECONDS: a channel silent for interval gets a
+  // heartbeat; a peer silent for peer_timeout_ is lost.
+  Clock::duration heartbeat_interval_;
+  Clock::duration peer_timeout_;
   int member_ = -1;
   std::string key_;
 
@@ -145,7 +149,10 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE: the global set's coordinator only
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
   size_t inline_limit_ = 0;  // largest allreduce whose input rides with its request (see EngineConfig)
-  std::unordered_map<std::string, LocalTensor> in_flight_;
+  using InFlight = std::unordered_map<std::string, LocalTensor>;
+  InFlight in_flight_;
+  std::vector<LocalTensor> execute_locals_;        // execute()'s scratch
+  std::vector<InFlight::iterator> execute_found_;  // execute()'s scratch
   hvd_handle* join_handle_ = nullptr;
   std::vector<std::string> blocked_;  // sorted names, as refresh_blocked() found them last
   bool blocked_reported_ = true;      // the coordinator knows blocked_ (empty at first)
