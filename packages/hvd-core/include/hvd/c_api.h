@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 7
+#define HVD_API_MINOR 8
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -239,9 +239,12 @@ typedef struct hvd_process_set_info {
   int32_t size;        /* out: number of ranks in the set */
   int32_t* ranks;      /* in, optional: buffer receiving the member ranks */
   size_t ranks_capacity; /* in: entries available in `ranks` */
+  /* 1.8 */
+  uint64_t fast_lane_calls; /* out: this rank's allreduces of the set that ran in
+                               the same-host fast lane, without negotiation */
 } hvd_process_set_info;
 #define HVD_PROCESS_SET_INFO_STRUCT_SIZE \
-  HVD_STRUCT_SIZE(hvd_process_set_info, ranks_capacity)
+  HVD_STRUCT_SIZE(hvd_process_set_info, fast_lane_calls)
 #define HVD_PROCESS_SET_INFO_INIT HVD_STRUCT_INIT(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE)
 
 HVD_EXPORT hvd_error* hvd_get_process_set_info(hvd_process_set_info* info /* in/out */);

@@ -325,7 +325,19 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
     r.first_dims.emplace_back();
   }
   for (int m : joined_missing) r.joined_ranks.push_back(m);
-  if (uniform) cache_.put(name, *ref, r);
+  if (uniform) {
+    // A lane call bypasses the coordinator, so nothing it alone does for a
+    // tensor may be lost: the timeline, and the cache's own bookkeeping
+    // (a cache that is off means every call is negotiated).
+    const int64_t bytes = response_bytes(r);
+    const bool timeline = timeline_ != nullptr && timeline_->active();
+    if (config_.lane_bytes > 0 && cache_.enabled() && !timeline && r.collective == Collective::kAllreduce &&
+        r.device == Device::kCpu && r.reduce_op != HVD_OP_ADASUM && ref->group_size <= 1 && bytes > 0 &&
+        static_cast<size_t>(bytes) <= config_.lane_bytes) {
+      r.lane_key = ++last_lane_key_;
+    }
+    cache_.put(name, *ref, r);
+  }
   return r;
 }
 

@@ -37,6 +37,9 @@ struct CoordinatorConfig {
   // changing for this long, is divergence (see inspect_divergence).
   double divergence_seconds = 5;  // HOROVOD_PEER_TIMEOUT_SECONDS; 0: never
   int process_set_id = 0;
+  // The members share a fast lane of at most this many bytes per tensor
+  // (0: none): uniform small allreduces get a lane key in their response.
+  size_t lane_bytes = 0;
 };
 
 class Coordinator {
@@ -110,7 +113,8 @@ class Coordinator {
   int last_joined_ = -1;
   std::vector<int> left_;  // members that shut down
   std::vector<std::vector<std::string>> waiting_;  // by member: blocked-on names, sorted
-  Clock::time_point last_change_ = Clock::now();  // last request, response or change of waiting_
+  Clock::time_point last_change_ = Clock::now();
+  uint64_t last_lane_key_ = 0;  // last request, response or change of waiting_
 };
 
 }  // namespace hvd

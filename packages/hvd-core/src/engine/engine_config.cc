@@ -119,6 +119,7 @@ EngineConfig EngineConfig::from_environment() {
     c.data_protection = DataProtection::kAuthenticate;
   }
   c.control_over_shm = c.allow_shm && env_bool("HVD_CONTROL_RING", c.control_over_shm);
+  c.shm_lane = c.allow_shm && env_bool("HVD_SHM_LANE", c.shm_lane);
   if (env_is_set("HVD_INLINE_ALLREDUCE_BYTES")) {
     c.inline_allreduce_bytes = static_cast<size_t>(
         std::clamp<int64_t>(env_int("HVD_INLINE_ALLREDUCE_BYTES", 0), 0, static_cast<int64_t>(kMaxInlineBytes)));

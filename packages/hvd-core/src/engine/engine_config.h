@@ -51,6 +51,11 @@ struct EngineConfig {
   // off with HOROVOD_SHM_DISABLE, or alone with HVD_CONTROL_RING=0 (an
   // internal switch for A/B measurements). Member 0 decides for its set.
   bool control_over_shm = true;
+  // Small synchronous allreduces that were negotiated before run through the
+  // shared-memory arena's fast lane (docs/core.md, "The fast lane") when a
+  // set's members share a host; HVD_SHM_LANE=0 turns it off (an internal
+  // switch for A/B measurements and tests).
+  bool shm_lane = true;
   // Host allreduces of at most this many bytes carry their input with the
   // request (see RequestMeta::inline_data). Unset: kMaxInlineBytes in process
   // sets that span hosts, where it saves network hops, and 0 within one host,

@@ -165,7 +165,7 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
 // count is checked against what the payload can really hold before anything
 // is allocated for it.
 constexpr size_t kMinRequestBytes = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4;
-constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4;
+constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8;
 constexpr size_t kMinResponseTensorBytes = 4 + 4 + 4;
 
 std::vector<RequestMeta> decode_requests(const std::string& payload) {
@@ -215,6 +215,7 @@ std::string encode_responses(const std::vector<Response>& responses) {
     w.pod<uint32_t>(static_cast<uint32_t>(r.error_ranks.size()));
     for (auto rank : r.error_ranks) w.pod<int32_t>(rank);
     w.str(r.inline_result);
+    w.pod<uint64_t>(r.lane_key);
   }
   return w.take();
 }
@@ -250,6 +251,7 @@ std::vector<Response> decode_responses(const std::string& payload) {
     m.error_ranks.resize(r.count(4));
     for (auto& rank : m.error_ranks) rank = r.pod<int32_t>();
     m.inline_result = r.inline_bytes();
+    m.lane_key = r.pod<uint64_t>();
   }
   return out;
 }

@@ -94,6 +94,9 @@ struct Response {
   // An allreduce of one tensor whose members all sent their input inline:
   // the reduced (not yet postscaled) result; no collective runs.
   std::string inline_result;
+  // Non-zero: the tensor may run in the same-host fast lane from now on,
+  // under this key (unique in the process set, never reused).
+  uint64_t lane_key = 0;
 };
 
 // Bytes of the tensors a response names, at their agreed shapes (for an

@@ -30,6 +30,7 @@
 #include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "transport/communicator.h"
+#include "transport/shm/shm_communicator.h"
 #include "transport/shm/shm_ring.h"
 
 namespace hvd {
@@ -57,6 +58,15 @@ constexpr size_t kInlineBytesIntoCoordinator = 64 * 1024;
 // that peer's reason (kAbort, relayed by the coordinator): it is sent right
 // after the peer closed its links, so this only matters when none comes.
 constexpr double kPeerAbortGraceSeconds = 1.0;
+// How long a synchronous allreduce waits in the fast lane for the other
+// members before it withdraws and is negotiated as usual. Lane calls are for
+// ranks running in step (a tight loop of small collectives); a peer later
+// than this is waited for on the ordinary path, which sleeps, watches peers'
+// health and answers Ctrl-C.
+constexpr auto kLaneWait = std::chrono::milliseconds(2);
+// Bounds the table of tensors that may use the lane (emptied when full, the
+// same way on every member, since every member records the same responses).
+constexpr size_t kMaxLaneEntries = 4096;
 
 const char* kShutDownMessage =
     "Horovod has been shut down. This happens when hvd.shutdown() was called, or when a rank "
@@ -99,6 +109,7 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
   options.spin = cfg.spin;
   options.interrupt = interrupt;
   comm_ = create_communicator(options, *context_.store, context_.connections);
+  if (cfg.shm_lane) lane_comm_ = dynamic_cast<ShmCommunicator*>(comm_.get());
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
   host_plane_ = std::make_unique<HostDataPlane>(*comm_);
@@ -113,6 +124,9 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
     cc.stall_shutdown_seconds = cfg.stall_shutdown_seconds;
     cc.divergence_seconds = cfg.peer_timeout_seconds;
     cc.process_set_id = id_;
+    // The autotuner scores settings by the negotiated traffic it sees, which
+    // lane calls would hide from it.
+    cc.lane_bytes = lane_comm_ != nullptr && !cfg.autotune.enabled ? ShmCommunicator::kLanePayloadBytes : 0;
     coordinator_ = std::make_unique<Coordinator>(cc, timeline);
     if (cfg.autotune.enabled && id_ == 0) {
       TunedSettings initial{cfg.fusion_threshold_bytes, cfg.cycle_time_seconds, cfg.cache_capacity > 0};
@@ -191,6 +205,32 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
     }
   }
   for (auto& n : names) names_in_flight_.insert(n);
+  if (lane_comm_ != nullptr && handle->caller_waits && handle->tensors.size() == 1) {
+    lock.unlock();
+    bool done = false;
+    try {
+      done = run_in_lane(handle);
+    } catch (...) {
+      lock.lock();
+      names_in_flight_.erase(names[0]);
+      throw;
+    }
+    lock.lock();
+    if (done) {
+      // Free before completion, as execute() does.
+      names_in_flight_.erase(names[0]);
+      lock.unlock();
+      handle_complete_tensor(handle, 0, nullptr);
+      return;
+    }
+    if (closed_) {  // the set failed while this call was in the lane
+      names_in_flight_.erase(names[0]);
+      std::shared_ptr<const Error> error = closed_error_;
+      lock.unlock();
+      handle_fail_all(handle, *error);
+      return;
+    }
+  }
   queue_.push_back(handle);
   queue_nonempty_.store(true);
   lock.unlock();
@@ -202,6 +242,83 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
     ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
     (void)ignored;
   }
+}
+
+bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
+  TensorSlot& t = handle->tensors[0];
+  const RequestMeta& meta = t.meta;
+  if (meta.collective != Collective::kAllreduce || meta.device != Device::kCpu || meta.reduce_op == HVD_OP_ADASUM ||
+      t.input == nullptr || t.output == nullptr) {
+    return false;
+  }
+  uint64_t key = 0, occurrence = 0;
+  {
+    std::lock_guard<std::mutex> lock(lane_mu_);
+    auto it = lane_entries_.find(meta.name);
+    if (it == lane_entries_.end()) return false;
+    const LaneEntry& e = it->second;
+    // The request must be the one that was negotiated (every field the
+    // coordinator checks), or it is negotiated again and mismatches reported.
+    if (e.dtype != meta.dtype || e.reduce_op != meta.reduce_op || e.prescale != meta.prescale ||
+        e.postscale != meta.postscale || e.shape != meta.shape || meta.group_size > 1) {
+      return false;
+    }
+    key = e.key;
+    occurrence = e.occurrence;
+  }
+  size_t count = 1;
+  for (auto d : meta.shape) count *= static_cast<size_t>(d);
+  const void* input = t.input;
+  if (meta.prescale != 1.0) {
+    thread_local std::vector<unsigned char> prescaled;
+    prescaled.resize(count * dtype_size(meta.dtype));
+    scale_copy(prescaled.data(), t.input, count, meta.dtype, meta.prescale);
+    input = prescaled.data();
+  }
+  if (lane_comm_->lane_allreduce(key, occurrence, input, t.output, count, meta.dtype, transport_op(meta.reduce_op),
+                                 kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
+    return false;
+  }
+  // As the executor does after a collective: Average divides by the size.
+  double post = meta.postscale;
+  if (meta.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(size());
+  if (post != 1.0) scale_copy(t.output, t.output, count, meta.dtype, post);
+  t.result_data = t.output;
+  fast_lane_calls_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(lane_mu_);
+  auto it = lane_entries_.find(meta.name);
+  if (it != lane_entries_.end() && it->second.key == key) ++it->second.occurrence;
+  return true;
+}
+
+void ProcessSetRuntime::record_lane_key(const Response& r) {
+  if (r.names.size() != 1 || r.collective != Collective::kAllreduce) return;
+  const std::string& name = r.names[0];
+  std::lock_guard<std::mutex> lock(lane_mu_);
+  auto it = lane_entries_.find(name);
+  if (r.lane_key == 0) {
+    if (it != lane_entries_.end()) lane_entries_.erase(it);
+    return;
+  }
+  // From the response alone, so every member (one that joined and has no
+  // tensor here too) keeps the same entries and counts: lane calls match by
+  // (key, occurrence).
+  if (it != lane_entries_.end() && it->second.key == r.lane_key) {
+    ++it->second.occurrence;
+    return;
+  }
+  if (it == lane_entries_.end()) {
+    if (lane_entries_.size() >= kMaxLaneEntries) lane_entries_.clear();
+    it = lane_entries_.emplace(name, LaneEntry{}).first;
+  }
+  LaneEntry& e = it->second;
+  e.key = r.lane_key;
+  e.occurrence = 1;
+  e.dtype = r.dtype;
+  e.reduce_op = r.reduce_op;
+  e.prescale = r.prescale;
+  e.postscale = r.postscale;
+  e.shape = r.shapes[0];
 }
 
 // Members on the coordinator's host move their control channel onto a
@@ -434,7 +551,10 @@ void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
     for (size_t i = 0; i < h->tensors.size(); ++i) {
       const TensorSlot& slot = h->tensors[i];
       const RequestMeta& meta = slot.meta;
-      if (meta.collective == Collective::kJoin) join_handle_ = h;
+      if (meta.collective == Collective::kJoin) {
+        join_handle_ = h;
+        if (lane_comm_ != nullptr) lane_comm_->set_lane_joined(true);
+      }
       else in_flight_[meta.name] = LocalTensor{h, i};
       metas->push_back(meta);
       if (meta.collective == Collective::kAllreduce && meta.device == Device::kCpu &&
@@ -459,6 +579,7 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       if (join_handle_ != nullptr) {
         hvd_handle* h = join_handle_;
         join_handle_ = nullptr;
+        if (lane_comm_ != nullptr) lane_comm_->set_lane_joined(false);
         h->last_joined_rank = r.last_joined_rank;
         release_name("join");
         handle_complete_tensor(h, 0, nullptr);
@@ -513,6 +634,7 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
       plane.discard_completions();
       throw;
     }
+    if (lane_comm_ != nullptr) record_lane_key(r);
     for (auto it : found) in_flight_.erase(it);
     if (gpu != nullptr) {
       gpu->end();  // completed by poll() once the GPU is done

@@ -31,6 +31,7 @@ class Communicator;
 class ConnectionManager;
 class Executor;
 class GpuDataPlane;
+class ShmCommunicator;
 class Store;
 class Timeline;
 
@@ -57,6 +58,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   const std::vector<int>& ranks() const { return ranks_; }
   int member() const { return member_; }  // -1: this rank is not in the set
   int size() const { return static_cast<int>(ranks_.size()); }
+  uint64_t fast_lane_calls() const { return fast_lane_calls_.load(std::memory_order_relaxed); }
 
   // Members only, collective over the members: connects the communicator and
   // control channels, then starts the background thread. Its waits for the
@@ -111,6 +113,13 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::optional<Error> peer_abort_within(double seconds);
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
+  // The fast lane (docs/core.md): runs a synchronous single-tensor allreduce
+  // there when this tensor was negotiated before with a lane key; false when
+  // it must be negotiated (nothing was done). Called without locks.
+  bool run_in_lane(hvd_handle* handle);
+  // Every member records the lane keys of the responses it executes (under
+  // drive_mu_), so they all agree which tensor a key and occurrence mean.
+  void record_lane_key(const Response& r);
 
   ProcessSetContext context_;
   int32_t id_;
@@ -142,6 +151,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // handle_wait) owns everything below.
   std::mutex drive_mu_;
   std::unique_ptr<Communicator> comm_;
+  ShmCommunicator* lane_comm_ = nullptr;  // comm_, when it has the fast lane (set at start)
   std::unique_ptr<HostDataPlane> host_plane_;
   std::unique_ptr<GpuDataPlane> gpu_plane_;  // after comm_: destroyed before it
   std::unique_ptr<Executor> executor_;
@@ -154,6 +164,21 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::vector<LocalTensor> execute_locals_;        // execute()'s scratch
   std::vector<InFlight::iterator> execute_found_;  // execute()'s scratch
   hvd_handle* join_handle_ = nullptr;
+  // Tensors that may use the fast lane: the key of their last response and
+  // how often that key ran (lane calls and negotiated ones).
+  struct LaneEntry {
+    uint64_t key = 0;
+    uint64_t occurrence = 0;
+    // What was negotiated; a lane call must ask for exactly this.
+    DataType dtype = DataType::kFloat32;
+    int32_t reduce_op = HVD_OP_SUM;
+    double prescale = 1.0;
+    double postscale = 1.0;
+    std::vector<int64_t> shape;
+  };
+  std::mutex lane_mu_;
+  std::atomic<uint64_t> fast_lane_calls_{0};
+  std::unordered_map<std::string, LaneEntry> lane_entries_;
   std::vector<std::string> blocked_;  // sorted names, as refresh_blocked() found them last
   bool blocked_reported_ = true;      // the coordinator knows blocked_ (empty at first)
   Clock::time_point next_blocked_check_;

@@ -25,6 +25,7 @@ class ResponseCache {
   size_t size() const { return entries_.size(); }
   // The autotuner turns the cache off and on; off, it is empty.
   void set_enabled(bool enabled);
+  bool enabled() const { return enabled_ && capacity_ > 0; }
   uint64_t hits() const { return hits_; }
 
  private:

@@ -226,6 +226,12 @@ int main(void) {
   err = hvd_get_process_set_info(&info);
   expect(err == NULL && info.size == 1 && info.rank == 0 && ranks[0] == 0 && ranks[1] == -1,
          "hvd_get_process_set_info with the header's struct size");
+  expect(err == NULL && info.fast_lane_calls == 0, "a single process runs nothing in the fast lane");
+  info.struct_size = offsetof(hvd_process_set_info, fast_lane_calls);  /* a 1.7 caller */
+  info.fast_lane_calls = 0xCDCDCDCDCDCDCDCDull;
+  err = hvd_get_process_set_info(&info);
+  expect(err == NULL && info.size == 1 && info.fast_lane_calls == 0xCDCDCDCDCDCDCDCDull,
+         "a 1.7 hvd_process_set_info is accepted and nothing past it is written");
   info.struct_size = offsetof(hvd_process_set_info, ranks_capacity);
   err = hvd_get_process_set_info(&info);
   expect(err != NULL && strstr(message(err), "hvd_process_set_info") != NULL,

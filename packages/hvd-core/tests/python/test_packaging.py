@@ -297,7 +297,8 @@ int main(void) {
   FIELD(hvd_topology, is_homogeneous); SIZE(hvd_topology, HVD_TOPOLOGY_STRUCT_SIZE);
   FIELD(hvd_process_set_info, process_set_id); FIELD(hvd_process_set_info, rank);
   FIELD(hvd_process_set_info, size); FIELD(hvd_process_set_info, ranks);
-  FIELD(hvd_process_set_info, ranks_capacity); SIZE(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE);
+  FIELD(hvd_process_set_info, ranks_capacity); FIELD(hvd_process_set_info, fast_lane_calls);
+  SIZE(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE);
   FIELD(hvd_result, tensor_index); FIELD(hvd_result, output); FIELD(hvd_result, received_splits);
   FIELD(hvd_result, num_received_splits); FIELD(hvd_result, last_joined_rank);
   SIZE(hvd_result, HVD_RESULT_STRUCT_SIZE);

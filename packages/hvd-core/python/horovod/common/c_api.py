@@ -13,7 +13,7 @@ from horovod.common import config
 from horovod.common.exceptions import HorovodCollectiveMismatchError, HorovodInternalError, HorovodUnsupportedError
 
 API_MAJOR = 1
-API_MINOR = 7  # this package relies on hvd_enqueue_wait (1.7)
+API_MINOR = 8  # this package relies on hvd_process_set_info.fast_lane_calls (1.8)
 
 # hvd_collective
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -69,7 +69,7 @@ class Topology(Structure):
 
 class ProcessSetInfo(Structure):
     _fields_ = [("struct_size", c_size_t), ("process_set_id", c_int32), ("rank", c_int32), ("size", c_int32),
-                ("ranks", POINTER(c_int32)), ("ranks_capacity", c_size_t)]
+                ("ranks", POINTER(c_int32)), ("ranks_capacity", c_size_t), ("fast_lane_calls", ctypes.c_uint64)]
 
 
 class GpuInfo(Structure):

@@ -151,10 +151,29 @@ struct ShmArenaHeader {
   alignas(64) std::atomic<uint32_t> aborted_by;  // member index + 1, 0 while healthy
 };
 
+// One member's part of the fast lane. Only the member itself writes it.
+// A publication is one attempt to run (key, occurrence); members match
+// publications by (key, occurrence), which every member counts alike.
+enum LanePhase : uint64_t { kLaneEmpty = 0, kLanePublished = 1, kLaneCommitted = 2, kLaneWithdrawn = 3 };
+struct ShmCommunicator::LaneArea {
+  // (publication number << 2) | LanePhase.
+  alignas(64) std::atomic<uint64_t> state;
+  std::atomic<uint64_t> key;
+  std::atomic<uint64_t> occurrence;
+  // Lane calls this member completed. A member's slot may be reused once
+  // every member completed the call it was published for.
+  alignas(64) std::atomic<uint64_t> completed;
+  std::atomic<uint32_t> joined;  // in hvd.join(): it will not come to the lane
+  alignas(64) unsigned char data[ShmCommunicator::kLanePayloadBytes];
+};
+
 namespace {
 
 size_t members_offset() { return align_up(sizeof(ShmArenaHeader), 64); }
 size_t data_offset(int size) { return align_up(members_offset() + sizeof(ShmMemberState) * size, 4096); }
+size_t lane_offset(int size, size_t slot_bytes) {
+  return align_up(data_offset(size) + slot_bytes * (2 * static_cast<size_t>(size) + 2), 64);
+}
 ShmMemberState* member_states(ShmArenaHeader* h) {
   return reinterpret_cast<ShmMemberState*>(reinterpret_cast<unsigned char*>(h) + members_offset());
 }
@@ -230,7 +249,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   slot_bytes_ = slot_bytes_from_env(spin_);
   if (size_ == 1) return;  // nothing to share
 
-  arena_bytes_ = data_offset(size_) + slot_bytes_ * (2 * size_ + 2);
+  arena_bytes_ = lane_offset(size_, slot_bytes_) + sizeof(LaneArea) * static_cast<size_t>(size_);
   // The key embeds secret-derived material, so its hash is an unguessable name.
   shm_name_ = "/hvd-" + to_hex(sha256(options.key.data(), options.key.size())).substr(0, 40);
   const std::string& name = shm_name_;
@@ -297,6 +316,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
     header_->slot_bytes = static_cast<uint32_t>(slot_bytes_);
     ShmMemberState* members = member_states(header_);
     for (int m = 0; m < size_; ++m) new (&members[m]) ShmMemberState();
+    for (int m = 0; m < size_; ++m) new (lane(m)) LaneArea();
   } else if (header_->magic != kArenaMagic || header_->size != static_cast<uint32_t>(size_) ||
              header_->slot_bytes != slot_bytes_) {
     munmap(arena_, arena_bytes_);
@@ -732,6 +752,147 @@ void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_
                   std::min(piece, recv_bytes[m] - first));
     }
   }
+}
+
+
+// ---- The fast lane -------------------------------------------------------
+//
+// A member publishes (key, occurrence, input) and waits for the others to
+// publish the same (key, occurrence). Seeing that, it commits; seeing every
+// member committed, it reduces the inputs in member order and completes.
+// A member that waited `wait` without seeing every member published
+// withdraws instead. A slot goes published -> committed or published ->
+// withdrawn, never both, so either every member completes the call or none
+// does: a member falls back as soon as it sees a withdrawal of the call it
+// waits on, or, once committed, a member whose slot has moved on to a new
+// publication (which it only does after withdrawing, since completing
+// would have required this member to complete first).
+
+ShmCommunicator::LaneArea* ShmCommunicator::lane(int member) const {
+  return reinterpret_cast<LaneArea*>(arena_ + lane_offset(size_, slot_bytes_)) + member;
+}
+
+void ShmCommunicator::set_lane_joined(bool joined) {
+  if (header_ != nullptr) lane(rank_)->joined.store(joined ? 1 : 0, std::memory_order_release);
+}
+
+bool ShmCommunicator::lane_slot_free(Clock::time_point until) {
+  for (;;) {
+    bool all = true;
+    for (int m = 0; m < size_ && all; ++m) {
+      all = lane(m)->completed.load(std::memory_order_acquire) >= lane_completed_;
+    }
+    if (all) return true;
+    if (Clock::now() > until) return false;
+    sched_yield();  // a member still reducing our last call's inputs: it needs its CPU
+  }
+}
+
+ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint64_t occurrence, const void* input,
+                                                             void* reduced, size_t count, DataType dtype, ReduceOp op,
+                                                             Clock::duration wait) {
+  const size_t bytes = count * dtype_size(dtype);
+  if (header_ == nullptr || bytes == 0 || bytes > kLanePayloadBytes) return LaneOutcome::kBusy;
+  if (lane_in_use_.exchange(true, std::memory_order_acquire)) return LaneOutcome::kBusy;
+  struct InUse {
+    std::atomic<bool>& flag;
+    ~InUse() { flag.store(false, std::memory_order_release); }
+  } in_use{lane_in_use_};
+  if (local_abort_.load() || header_->aborted_by.load(std::memory_order_acquire) != 0) return LaneOutcome::kBusy;
+  for (int m = 0; m < size_; ++m) {
+    if (lane(m)->joined.load(std::memory_order_acquire) != 0) return LaneOutcome::kBusy;
+  }
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + wait;
+  if (!lane_slot_free(deadline)) return LaneOutcome::kBusy;
+
+  LaneArea* mine = lane(rank_);
+  const uint64_t publication = ++lane_publication_;
+  // A seqlock: the new number (phase empty) goes out before the fields
+  // change, so a reader that saw the old number with new fields sees the
+  // number change when it reads it again.
+  mine->state.store(publication << 2 | kLaneEmpty, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  mine->key.store(key, std::memory_order_relaxed);
+  mine->occurrence.store(occurrence, std::memory_order_relaxed);
+  std::memcpy(mine->data, input, bytes);
+  mine->state.store(publication << 2 | kLanePublished, std::memory_order_release);
+
+  uint64_t seen_stack[64];
+  std::vector<uint64_t> seen_heap;
+  uint64_t* seen = seen_stack;  // each member's publication we matched
+  if (size_ > 64) {
+    seen_heap.resize(static_cast<size_t>(size_));
+    seen = seen_heap.data();
+  }
+  bool committed = false;
+  bool yielding = false;
+  Clock::time_point last_peer_check = start;
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_seconds));
+  auto give_up = [&] {
+    mine->state.store(publication << 2 | kLaneWithdrawn, std::memory_order_release);
+    return LaneOutcome::kFallback;
+  };
+  for (uint64_t polls = 0;; ++polls) {
+    int matched = 0, done = 0;
+    for (int m = 0; m < size_; ++m) {
+      if (m == rank_) continue;
+      LaneArea* other = lane(m);
+      const uint64_t s1 = other->state.load(std::memory_order_acquire);
+      if ((s1 & 3) == kLaneEmpty) continue;
+      const uint64_t k = other->key.load(std::memory_order_relaxed);
+      const uint64_t o = other->occurrence.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      const uint64_t s2 = other->state.load(std::memory_order_relaxed);
+      if ((s1 >> 2) != (s2 >> 2)) continue;  // republishing while we read: next pass
+      if (committed && (s2 >> 2) != seen[m]) return give_up();  // it withdrew and moved on
+      if (k != key || o != occurrence) continue;
+      if ((s2 & 3) == kLaneWithdrawn) return give_up();
+      seen[m] = s2 >> 2;
+      ++matched;
+      if ((s2 & 3) == kLaneCommitted) ++done;
+    }
+    if (!committed && matched == size_ - 1) {
+      mine->state.store(publication << 2 | kLaneCommitted, std::memory_order_release);
+      committed = true;
+      continue;
+    }
+    if (committed && done == size_ - 1) break;
+    if (spin_ && !yielding) {
+      cpu_pause();
+      if ((polls & 63) != 63) continue;
+    } else {
+      // Each yield may hand the CPU away for a whole time slice: look at
+      // the clock after every one.
+      sched_yield();
+    }
+    const Clock::time_point now = Clock::now();
+    // A member this late has most likely lost its CPU (see kSpinBeforeYield).
+    yielding = now - start > kSpinBeforeYield;
+    if (!committed) {
+      if (now > deadline) return give_up();
+      continue;
+    }
+    // Committed: every member published, so the rest commit (or withdraw)
+    // within microseconds unless one died or froze in between.
+    if (now - last_peer_check >= kPeerCheckInterval) {
+      last_peer_check = now;
+      check_abort("allreduce (fast lane)");
+      check_peers(UINT64_MAX, "allreduce (fast lane)");
+      if (now - start > timeout) fail("allreduce (fast lane)", "a member committed to the call never completed it");
+    }
+  }
+  const void* srcs_stack[64];
+  std::vector<const void*> srcs_heap;
+  const void** srcs = srcs_stack;
+  if (size_ > 64) {
+    srcs_heap.resize(static_cast<size_t>(size_));
+    srcs = srcs_heap.data();
+  }
+  for (int m = 0; m < size_; ++m) srcs[m] = lane(m)->data;
+  reduce_many(reduced, srcs, static_cast<size_t>(size_), count, dtype, op);
+  mine->completed.store(++lane_completed_, std::memory_order_release);
+  return LaneOutcome::kDone;
 }
 
 }  // namespace hvd

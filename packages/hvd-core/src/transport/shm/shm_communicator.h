@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "transport/communicator.h"
 
 namespace hvd {
@@ -41,6 +42,24 @@ class ShmCommunicator : public Communicator {
   void abort(const std::string& reason) override;
   std::string transport_name() const override { return "shm"; }
 
+  // The same-host fast lane for small synchronous allreduces (docs/core.md,
+  // "The fast lane"): every member publishes its (prescaled) input with the
+  // key the coordinator gave the tensor and how often that key ran, and
+  // waits up to `wait` for the others. When every member published the same
+  // (key, occurrence), each reduces all inputs in member order into
+  // `reduced` (`count` elements) and it returns kDone. Otherwise nothing was
+  // reduced and the caller negotiates the tensor as usual, as the other
+  // members do: kFallback when a member withdrew (it waited too long, or saw
+  // another call), kBusy when the lane could not be entered (another thread
+  // of this process is in it, a member is in hvd.join(), the arena failed).
+  // Thread-safe against the collectives above.
+  enum class LaneOutcome { kDone, kFallback, kBusy };
+  static constexpr size_t kLanePayloadBytes = 4096;
+  LaneOutcome lane_allreduce(uint64_t key, uint64_t occurrence, const void* input, void* reduced, size_t count,
+                             DataType dtype, ReduceOp op, std::chrono::steady_clock::duration wait);
+  // This member is in hvd.join(): the others stop waiting for it in the lane.
+  void set_lane_joined(bool joined);
+
  private:
   // Waits until every member has arrived at the next step. Data written into
   // buffer step%2 before the call may be read by everyone afterwards, until
@@ -58,6 +77,14 @@ class ShmCommunicator : public Communicator {
   void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
   void allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
   size_t max_over_members(size_t value);
+  struct LaneArea;
+  LaneArea* lane(int member) const;
+  // Waits up to `until` for every member to have completed lane_completed_
+  // calls; false when one has not (it may still read our slot).
+  bool lane_slot_free(std::chrono::steady_clock::time_point until);
+  uint64_t lane_publication_ = 0;
+  uint64_t lane_completed_ = 0;
+  std::atomic<bool> lane_in_use_{false};
 
   CommOptions options_;
   std::string shm_name_;

@@ -1,0 +1,190 @@
+# fast_lane.py - rank side of test_fast_lane.py: small synchronous allreduces
+# that were negotiated once run in the same-host fast lane; these programs
+# check that they give the bits negotiation gives, that the lane is really
+# taken (hvd_process_set_info.fast_lane_calls), and that anything the lane
+# cannot agree on goes back to negotiation with nothing lost.
+"""Rank programs for test_fast_lane.py."""
+
+import time
+
+import numpy as np
+
+import horovod.common as hvd
+from rank_programs.collectives import DTYPES, dt, make
+
+
+def lane_calls(process_set=hvd.global_process_set):
+    return int(process_set._info().fast_lane_calls)
+
+
+def _case_input(rank, shape, dtype_name, call):
+    """Rank `rank`'s input for the `call`-th call of a case: new values every
+    call; floats with full mantissas, so a sum of three rounds differently in
+    another order."""
+    if dtype_name in ("float16", "bfloat16", "float32", "float64"):
+        rng = np.random.default_rng(1000 * rank + call)
+        return rng.standard_normal(shape).astype(dt(dtype_name))
+    return make(rank + call, shape, dtype_name)
+
+
+def lane_gives_the_bits_of_negotiation(rounds=3):
+    """Every dtype x op x scale factors, in place and not: the same inputs
+    through a tensor name negotiated every time (a fresh name) and through
+    one that runs in the lane must give identical bytes. Returns the failing
+    cases and the number of lane calls made."""
+    hvd.init()
+    rank = hvd.rank()
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
+    failures = []
+    expected_lane = 0
+    before = lane_calls()
+    for dtype_name in DTYPES:
+        for shape in [(1,), (7, 3), (256,)]:
+            for opname, op in ops.items():
+                if dtype_name == "bool" and opname == "Average":
+                    continue
+                scales = [(1.0, 1.0)]
+                if dtype_name.startswith("float") or dtype_name == "bfloat16":
+                    scales.append((0.5, 3.0))
+                for pre, post in scales:
+                    case = "%s.%s.%s.%s.%s" % (dtype_name, opname, shape, pre, post)
+                    for call in range(rounds):
+                        x = _case_input(rank, shape, dtype_name, call)
+                        fresh = hvd.allreduce(x, op=op, name="fresh.%s.%d" % (case, call),
+                                              prescale_factor=pre, postscale_factor=post)
+                        lane = hvd.allreduce(x, op=op, name="lane." + case,
+                                             prescale_factor=pre, postscale_factor=post)
+                        inplace = x.copy()
+                        hvd.allreduce_(inplace, op=op, name="lane_.%s" % case,
+                                       prescale_factor=pre, postscale_factor=post)
+                        if call > 0:
+                            expected_lane += 2
+                        for label, got in (("out_of_place", lane), ("in_place", inplace)):
+                            if got.dtype != fresh.dtype or got.tobytes() != fresh.tobytes():
+                                failures.append([case, call, label])
+    return {"failures": failures, "lane_calls": lane_calls() - before, "expected_at_most": expected_lane}
+
+
+def tight_loop(calls=2000, name="loop", check_every=1):
+    """A tight loop of 4-byte allreduces: returns how many ran in the lane."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    before = lane_calls()
+    a = np.zeros(1, np.float32)
+    wrong = 0
+    for i in range(calls):
+        a[0] = rank + i
+        hvd.allreduce_(a, op=hvd.Sum, name=name)
+        if a[0] != sum(r + i for r in range(size)):
+            wrong += 1
+    return {"wrong": wrong, "lane_calls": lane_calls() - before}
+
+
+def out_of_step_ranks_fall_back(calls=60):
+    """Rank 1 sleeps 100 ms (fifty times the lane's wait) before every third
+    call: those calls are negotiated, the others still run in the lane, and
+    every result is right."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    before = lane_calls()
+    a = np.zeros(3, np.float64)
+    wrong = 0
+    for i in range(calls):
+        if rank == 1 and i % 3 == 0:
+            time.sleep(0.1)
+        a[:] = rank * 10 + i
+        hvd.allreduce_(a, op=hvd.Sum, name="step")
+        if not np.all(a == sum(r * 10 + i for r in range(size))):
+            wrong += 1
+    return {"wrong": wrong, "lane_calls": lane_calls() - before}
+
+
+def mismatch_after_warm_up_is_reported():
+    """After "x" ran in the lane, rank 1 submits it with another shape: both
+    ranks get the usual mismatch error, not a hang and not a wrong result."""
+    hvd.init()
+    rank = hvd.rank()
+    for _ in range(5):
+        hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum, name="x")
+    warmed = lane_calls()
+    shape = 5 if rank == 1 else 4
+    try:
+        hvd.allreduce(np.ones(shape, np.float32), op=hvd.Sum, name="x")
+        return {"error": None, "warmed": warmed}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {"error": type(e).__name__, "message": str(e), "warmed": warmed}
+
+
+def join_keeps_the_ranks_in_step(calls=30):
+    """Rank 0 joins early while rank 1 goes on with allreduces of a tensor
+    that ran in the lane (rank 0 contributes zeros); after the join both run
+    it in the lane again, so the counts the lane matches calls by stayed
+    equal on both ranks."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    a = np.zeros(2, np.float32)
+    wrong = []
+    for i in range(5):
+        a[:] = rank + 1
+        hvd.allreduce_(a, op=hvd.Sum, name="j")
+    before_join = lane_calls()
+    if rank == 0:
+        last = hvd.join()
+    else:
+        for i in range(calls):
+            a[:] = rank + 1
+            hvd.allreduce_(a, op=hvd.Sum, name="j")
+            if not np.all(a == rank + 1):
+                wrong.append(["joined", i, a.tolist()])
+        last = hvd.join()
+    during_join = lane_calls() - before_join
+    start = lane_calls()
+    for i in range(calls):
+        a[:] = rank + 1
+        hvd.allreduce_(a, op=hvd.Sum, name="j")
+        if not np.all(a == sum(r + 1 for r in range(size))):
+            wrong.append(["after", i, a.tolist()])
+    return {"wrong": wrong, "last_joined": last, "during_join": during_join, "after": lane_calls() - start}
+
+
+def threads_share_the_lane(calls=300):
+    """Two threads per rank run synchronous allreduces of their own tensors
+    at once: one lane per rank, so one of them at a time is in it and the
+    other negotiates; every result is right."""
+    import threading
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    wrong = []
+
+    def work(t):
+        a = np.zeros(1, np.int64)
+        for i in range(calls):
+            a[0] = rank + 100 * t + i
+            hvd.allreduce_(a, op=hvd.Sum, name="thread.%d" % t)
+            if a[0] != sum(r + 100 * t + i for r in range(size)):
+                wrong.append([t, i, int(a[0])])
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"wrong": wrong, "lane_calls": lane_calls()}
+
+
+def process_set_lane(calls=200):
+    """A process set of ranks 0 and 2 of 3 runs its own lane; rank 1 is not in it."""
+    hvd.init()
+    rank = hvd.rank()
+    ps = hvd.add_process_set([0, 2])
+    out = {"wrong": 0, "set_lane_calls": 0}
+    if rank in (0, 2):
+        a = np.zeros(1, np.int32)
+        for i in range(calls):
+            a[0] = rank + i
+            hvd.allreduce_(a, op=hvd.Sum, name="ps", process_set=ps)
+            out["wrong"] += int(a[0] != (0 + i) + (2 + i))
+        out["set_lane_calls"] = lane_calls(ps)
+    out["global_lane_calls"] = lane_calls()
+    hvd.barrier()
+    return out

@@ -1,0 +1,79 @@
+# test_fast_lane.py - the same-host fast lane (docs/core.md, "The fast lane"):
+# a small synchronous allreduce negotiated once runs through the shared-memory
+# arena without the coordinator, with the bits negotiation gives; whatever the
+# members cannot agree on in the lane (other tensors, late ranks, a join,
+# another shape) is negotiated as before. Rank side: rank_programs/fast_lane.py.
+import pytest
+
+import ranks
+
+OFF = {"HVD_SHM_LANE": "0"}
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_lane_gives_the_bits_of_negotiation_for_every_dtype_op_and_scale(np_):
+    results = ranks.run_program_ok(np_, "fast_lane:lane_gives_the_bits_of_negotiation", timeout=240)
+    for rank, res in enumerate(results):
+        assert res["failures"] == [], "rank %d: lane and negotiation differ: %s" % (rank, res["failures"][:10])
+        assert 0 < res["lane_calls"] <= res["expected_at_most"], (rank, res)
+
+
+def test_a_tight_loop_runs_in_the_lane_and_is_exact():
+    results = ranks.run_program_ok(2, "fast_lane:tight_loop", timeout=120)
+    assert [r["wrong"] for r in results] == [0, 0]
+    # Every call after the first may run in the lane; a loaded machine sends
+    # some back to negotiation (a rank that lost its CPU for 2 ms), never most.
+    assert all(r["lane_calls"] > 1000 for r in results), results
+    assert results[0]["lane_calls"] == results[1]["lane_calls"], "a call ran in the lane on one rank only"
+
+
+@pytest.mark.parametrize("env", [OFF, {"HOROVOD_CACHE_CAPACITY": "0"}, {"HOROVOD_SHM_DISABLE": "1"},
+                                 {"HOROVOD_TIMELINE": "timeline.json"}],
+                         ids=["switched_off", "no_response_cache", "no_shared_memory", "timeline"])
+def test_the_lane_stays_unused_where_it_must(env, tmp_path):
+    # The timeline records what the coordinator negotiates; without a response
+    # cache every call is negotiated (Horovod's meaning of capacity 0).
+    results = ranks.run_program_ok(2, "fast_lane:tight_loop", kwargs={"calls": 200}, timeout=120, env=env,
+                                   cwd=str(tmp_path))
+    assert results == [{"wrong": 0, "lane_calls": 0}] * 2
+
+
+def test_ranks_out_of_step_fall_back_to_negotiation_and_stay_exact():
+    results = ranks.run_program_ok(2, "fast_lane:out_of_step_ranks_fall_back", timeout=120)
+    for r in results:
+        assert r["wrong"] == 0, results
+        # Every third call waits for a sleeping rank 1 and is negotiated.
+        assert 0 < r["lane_calls"] <= 40, results
+    assert results[0]["lane_calls"] == results[1]["lane_calls"]
+
+
+def test_a_shape_mismatch_after_lane_calls_is_reported_on_every_rank():
+    results = ranks.run_program_ok(2, "fast_lane:mismatch_after_warm_up_is_reported", timeout=60)
+    for r in results:
+        assert r["warmed"] > 0, results
+        assert r["error"] == "HorovodCollectiveMismatchError", results
+        assert "shape" in r["message"] and "x'" in r["message"], r["message"]
+
+
+def test_a_join_keeps_the_lane_counts_of_both_ranks_equal():
+    results = ranks.run_program_ok(2, "fast_lane:join_keeps_the_ranks_in_step", timeout=120)
+    for r in results:
+        assert r["wrong"] == [], results
+        assert r["during_join"] == 0, results
+        # Equal counts after the join: most calls run in the lane again.
+        assert r["after"] > 15, results
+    assert results[0]["last_joined"] == results[1]["last_joined"] == 1
+
+
+def test_threads_of_a_rank_share_its_lane():
+    results = ranks.run_program_ok(2, "fast_lane:threads_share_the_lane", timeout=120)
+    assert [r["wrong"] for r in results] == [[], []]
+
+
+def test_a_process_set_has_its_own_lane():
+    results = ranks.run_program_ok(3, "fast_lane:process_set_lane", timeout=120,
+                                   env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+    assert [r["wrong"] for r in results] == [0, 0, 0]
+    assert results[0]["set_lane_calls"] > 100 and results[2]["set_lane_calls"] > 100, results
+    assert results[1]["set_lane_calls"] == 0
+    assert [r["global_lane_calls"] for r in results] == [0, 0, 0]
