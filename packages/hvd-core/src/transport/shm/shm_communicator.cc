@@ -49,7 +49,7 @@ constexpr size_t kSpinningSlotBytes = 256 * 1024;
 constexpr size_t kSleepingSlotBytes = 1024 * 1024;
 // Below this, every member reduces the whole (small) payload itself: one
 // barrier instead of two, which is what small-message latency is made of.
-constexpr size_t kSmallAllreduceBytes = 32 * 1024;
+constexpr size_t kSmallAllreduceBytes = ShmCommunicator::kLanePayloadBytes;
 // Long enough to cover the usual skew between members within a pipelined
 // collective; short enough not to starve a descheduled peer of its core.
 // Spinning is only enabled when every member has a CPU, so a peer that is
@@ -879,7 +879,14 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint6
       last_peer_check = now;
       check_abort("allreduce (fast lane)");
       check_peers(UINT64_MAX, "allreduce (fast lane)");
-      if (now - start > timeout) fail("allreduce (fast lane)", "a member committed to the call never completed it");
+      if (now - start > timeout) {
+        std::string late;
+        for (int m = 0; m < size_; ++m) {
+          if (m != rank_ && (lane(m)->state.load() & 3) != kLaneCommitted) late += (late.empty() ? "" : ", ") + member_name(m);
+        }
+        fail("allreduce (fast lane)", "no progress for " + std::to_string(options_.timeout_seconds) + " s: " + late +
+                                          " showed the call but never committed to it or withdrew");
+      }
     }
   }
   const void* srcs_stack[64];

@@ -54,7 +54,10 @@ class ShmCommunicator : public Communicator {
   // of this process is in it, a member is in hvd.join(), the arena failed).
   // Thread-safe against the collectives above.
   enum class LaneOutcome { kDone, kFallback, kBusy };
-  static constexpr size_t kLanePayloadBytes = 4096;
+  // As large as the transport's own one-barrier allreduce (every member
+  // reduces the whole payload), so a lane call does what a negotiated one
+  // would, without the negotiation.
+  static constexpr size_t kLanePayloadBytes = 32 * 1024;
   LaneOutcome lane_allreduce(uint64_t key, uint64_t occurrence, const void* input, void* reduced, size_t count,
                              DataType dtype, ReduceOp op, std::chrono::steady_clock::duration wait);
   // This member is in hvd.join(): the others stop waiting for it in the lane.
