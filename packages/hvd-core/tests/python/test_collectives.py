@@ -58,6 +58,16 @@ def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
         assert failures == []
 
 
+@pytest.mark.parametrize("pool", ["default", "no_pool"])
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_large_allgather_results_are_writable_independent_and_outlive_reuse(np_, pool):
+    env = {"HVD_RESULT_POOL_BYTES": "0"} if pool == "no_pool" else {}
+    results = ranks.run_program_ok(np_, "collectives:large_allgather_results_are_owned_writable_and_independent",
+                                   env=env)
+    for failures in results:
+        assert failures == []
+
+
 @pytest.mark.parametrize("knobs", ["default", "no_fusion"])
 @pytest.mark.parametrize("np_", SIZES)
 def test_fused_allgathers_of_uneven_tensors_are_exact(np_, knobs):
