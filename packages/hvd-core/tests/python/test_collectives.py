@@ -58,10 +58,19 @@ def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
         assert failures == []
 
 
-@pytest.mark.parametrize("pool", ["default", "no_pool"])
+# Large results come from the core's pool of reused blocks (or not, with the
+# pool off); large shm allgathers read the other ranks' memory, or go through
+# the shared-memory slots when told to or when a rank may not read the others'
+# memory (simulated by "deny-for-tests": the first such call falls back).
+LARGE_ALLGATHER_KNOBS = {"default": {}, "no_pool": {"HVD_RESULT_POOL_BYTES": "0"},
+                         "shm_slots": {"HVD_SHM_SINGLE_COPY": "0"},
+                         "shm_read_denied": {"HVD_SHM_SINGLE_COPY": "deny-for-tests"}}
+
+
+@pytest.mark.parametrize("knobs", sorted(LARGE_ALLGATHER_KNOBS))
 @pytest.mark.parametrize("np_", [1, 2, 3])
-def test_large_allgather_results_are_writable_independent_and_outlive_reuse(np_, pool):
-    env = {"HVD_RESULT_POOL_BYTES": "0"} if pool == "no_pool" else {}
+def test_large_allgather_results_are_writable_independent_and_outlive_reuse(np_, knobs):
+    env = LARGE_ALLGATHER_KNOBS[knobs]
     results = ranks.run_program_ok(np_, "collectives:large_allgather_results_are_owned_writable_and_independent",
                                    env=env)
     for failures in results:
