@@ -162,7 +162,7 @@ def _owned_result_to_numpy(c_handle, index, dtype):
     memory, shape = owned_result_memory(res)
     if memory is None:
         return np.empty(shape, dtype=dtype), res
-    return np.frombuffer(memory, dtype=dtype).reshape(shape), res
+    return np.asarray(memory).view(dtype).reshape(shape), res
 
 
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,

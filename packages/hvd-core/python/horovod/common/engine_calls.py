@@ -420,26 +420,30 @@ def adopt_owned_result(res, from_dlpack, allocate):
         return copy_owned_result(res, allocate)
 
 
-class _OwnedResultGuard:
-    """Frees a core-allocated result when the last object over its memory goes."""
-    __slots__ = ("managed",)
+class _OwnedResultMemory:
+    """A core-allocated host result's bytes, seen through the array interface
+    protocol (a flat, writable uint8 array); frees the result when the last
+    array over it is gone."""
+    __slots__ = ("managed", "__array_interface__")
 
-    def __init__(self, managed):
+    def __init__(self, managed, address, nbytes):
         self.managed = managed
+        self.__array_interface__ = {"data": (address, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
     def __del__(self):
         self.managed.contents.deleter(self.managed)
 
 
 def owned_result_memory(res):
-    """The host-memory result the core allocated (`res`, an hvd_result) as a
-    writable ctypes byte array over the same memory, and the result's shape.
+    """The host-memory result the core allocated (`res`, an hvd_result) as an
+    object exposing its bytes through ``__array_interface__`` (flat, uint8,
+    writable), and the result's shape.
 
-    The array owns the result from then on: the result is freed when the array
-    and everything made over it (np.frombuffer, views) are gone. Used where an
-    importer would make the result read-only (numpy marks arrays it imports
-    from a pre-1.0 DLPack capsule read-only). Returns (None, shape) for an
-    empty result, which is freed at once.
+    The object owns the result from then on: the result is freed when the
+    object and every array made over it (``np.asarray``, views) are gone.
+    numpy would mark an array imported from a DLPack capsule read-only, and a
+    ctypes array type per result size would pile up in ctypes' type cache.
+    Returns (None, shape) for an empty result, which is freed at once.
     """
     managed = res.output
     dl = managed.contents.dl_tensor
@@ -451,9 +455,7 @@ def owned_result_memory(res):
     if nbytes == 0:
         managed.contents.deleter(managed)
         return None, shape
-    memory = (ctypes.c_char * nbytes).from_address(dl.data)
-    memory.guard = _OwnedResultGuard(managed)
-    return memory, shape
+    return _OwnedResultMemory(managed, dl.data, nbytes), shape
 
 
 def received_splits(res):

@@ -3,6 +3,7 @@
 # against a reference it computes from the inputs of all ranks.
 """Rank programs for test_collectives.py."""
 
+import os
 import time
 
 import numpy as np
@@ -174,11 +175,13 @@ def large_allgather_results_are_owned_writable_and_independent():
     # Freed results' blocks come back for the next allgathers of their size:
     # scribble on one, free it, and the next result of that size must still be
     # exactly the gathered data; a view keeps its memory from being reused.
+    pooled = os.environ.get("HVD_RESULT_POOL_BYTES") != "0"
     for step in range(3):
         want = np.concatenate([part(r, 0, "float32") for r in range(size)])
         out = hvd.allgather(part(rank, 0, "float32"), name="reuse.%d" % step)
         if not close(out, want, "float32"):
             failures.append(["reused block", step])
+        address = out.ctypes.data
         tail = out[-3:]
         out[:] = -1.0
         del out
@@ -188,7 +191,19 @@ def large_allgather_results_are_owned_writable_and_independent():
             failures.append(["after scribble", step])
         if not np.all(tail == -1.0):
             failures.append(["view lost its memory", step])
-        del tail, again
+        if again.ctypes.data == address:
+            failures.append(["block of a live view handed out again", step])
+        # Once the last view is gone the block goes back to the pool, and the
+        # next result of its size gets it (the most recently freed): freed,
+        # not leaked.
+        del again
+        gc.collect()
+        del tail
+        gc.collect()
+        third = hvd.allgather(part(rank, 0, "float32"), name="reuse.third.%d" % step)
+        if pooled and third.ctypes.data != address:
+            failures.append(["freed block not reused", step])
+        del third
     handle = hvd.allgather_async(part(rank, 1, "float64"), name="big.async")
     asynchronous = hvd.synchronize(handle)
     if not close(asynchronous, np.concatenate([part(r, 1, "float64") for r in range(size)]), "float64"):
