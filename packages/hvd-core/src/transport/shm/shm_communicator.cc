@@ -72,9 +72,11 @@ constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 // An allgatherv whose largest piece is at least this big reads the other
 // members' pieces straight out of their memory (process_vm_readv) instead of
 // passing them through the slots: each byte is copied once instead of twice
-// and there are two barriers instead of one per slot-sized chunk. Below it,
-// the slot path's single barrier wins. Measured at P=2 on a 2-CPU VM: 1 MiB
-// outputs 190 -> 100 us, 64 MiB 13 -> 8 ms (docs/benchmarks.md).
+// and there are two barriers instead of one per slot-sized chunk. Measured
+// at P=2 on a 2-CPU VM (docs/benchmarks.md): 4 MiB outputs 4.2 -> 0.7 ms,
+// 256 MiB 113 -> 78 ms. Not tuned finely: at 256 KiB outputs (128 KiB
+// pieces) the two paths took the same time, and below that the slot path
+// needs one barrier where this one needs two.
 constexpr size_t kSingleCopyMinBytes = 128 * 1024;
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
 
@@ -740,11 +742,9 @@ bool ShmCommunicator::allgatherv_single_copy(const unsigned char* input, unsigne
   members[rank_].gather_failed.store(error == 0 ? 0 : 1, std::memory_order_relaxed);
   // Nobody may change or free its piece until everyone has read it.
   step_barrier("allgatherv");
-  int failed_member = -1;
-  for (int m = 0; m < size_; ++m) {
-    if (members[m].gather_failed.load(std::memory_order_relaxed) != 0) failed_member = m;
-  }
-  if (failed_member < 0) return true;
+  bool any_failed = false;
+  for (int m = 0; m < size_; ++m) any_failed |= members[m].gather_failed.load(std::memory_order_relaxed) != 0;
+  if (!any_failed) return true;
   // Every member sees the same flags, so all of them switch to the slots
   // together, for this call (which rewrites the whole output) and the rest.
   single_copy_ = false;
