@@ -73,8 +73,8 @@ constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 // members' pieces straight out of their memory (process_vm_readv) instead of
 // passing them through the slots: each byte is copied once instead of twice
 // and there are two barriers instead of one per slot-sized chunk. Measured
-// at P=2 on a 2-CPU VM (docs/benchmarks.md): 4 MiB outputs 4.2 -> 0.7 ms,
-// 256 MiB 113 -> 78 ms. Not tuned finely: at 256 KiB outputs (128 KiB
+// at P=2 on a 2-CPU VM (docs/benchmarks.md): 1 MiB outputs 0.26 -> 0.14 ms,
+// 256 MiB 52 -> 41 ms. Not tuned finely: at 256 KiB outputs (128 KiB
 // pieces) the two paths took the same time, and below that the slot path
 // needs one barrier where this one needs two.
 constexpr size_t kSingleCopyMinBytes = 128 * 1024;
