@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/engine_config.h"
+#include "engine/host_result_pool.h"
 #include "engine/inert_knobs.h"
 #include "net/connection_manager.h"
 #include "rendezvous/store.h"
@@ -169,6 +170,9 @@ void Engine::shutdown() {
     engine.swap(g_engine);
   }
   if (engine) engine->stop();
+  // Blocks kept for results the caller has freed serve no one after
+  // shutdown; results still held stay valid (they are not in the pool).
+  HostResultPool::instance().clear();
 }
 
 Engine::~Engine() { stop(); }

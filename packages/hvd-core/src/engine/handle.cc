@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/host_result_pool.h"
 #include "gpu/gpu_plugin_loader.h"
 
 namespace hvd {
@@ -15,12 +16,14 @@ struct OwnedTensor {
   DLManagedTensor managed;
   std::vector<int64_t> shape;
   void* data = nullptr;
+  size_t pooled_capacity = 0;          // > 0: the block came from HostResultPool
   std::function<void(void*)> release;  // empty: std::free
 };
 
 void owned_tensor_deleter(DLManagedTensor* self) {
   auto* owned = static_cast<OwnedTensor*>(self->manager_ctx);
   if (owned->release) owned->release(owned->data);
+  else if (owned->pooled_capacity > 0) HostResultPool::instance().release(owned->data, owned->pooled_capacity);
   else std::free(owned->data);
   delete owned;
 }
@@ -36,9 +39,13 @@ DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType d
     owned->data = where->allocate(bytes);
     owned->release = where->release;
   } else {
-    // 64-byte alignment suits vectorised kernels and every framework's importer.
-    size_t alloc_bytes = ((bytes + 63) / 64) * 64;
-    owned->data = std::aligned_alloc(64, alloc_bytes == 0 ? 64 : alloc_bytes);
+    if (bytes >= HostResultPool::kMinPooledBytes) {
+      owned->data = HostResultPool::instance().allocate(bytes, &owned->pooled_capacity);
+    } else {
+      // 64-byte alignment suits vectorised kernels and every framework's importer.
+      size_t alloc_bytes = ((bytes + 63) / 64) * 64;
+      owned->data = std::aligned_alloc(64, alloc_bytes == 0 ? 64 : alloc_bytes);
+    }
     if (owned->data == nullptr) {
       throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
     }

@@ -356,6 +356,48 @@ HVD_TEST(allreduce_out_of_place_matches_the_reference_and_leaves_the_input) {
   }
 }
 
+// Large shm allgathervs read the other members' pieces out of their memory
+// (process_vm_readv); HVD_SHM_SINGLE_COPY=0 on member 0 keeps them on the
+// slots. Both must give the same bytes, with uneven and empty pieces, in
+// place (the input inside the output) and back to back with small ones
+// (each call's published addresses and flags must not leak into the next).
+// "deny-for-tests": members other than 0 cannot read the others' memory, so
+// the first large call must fall back to the slots on every member together.
+HVD_TEST(shm_allgatherv_single_copy_and_slots_give_the_same_bytes) {
+  for (const char* single_copy : {"1", "0", "deny-for-tests"}) {
+    ::setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);
+    for (int size : {2, 3}) {
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        for (int round = 0; round < 6; ++round) {
+          const size_t base = round % 2 ? 1000 : (size_t{1} << 20) + 4099 * round;
+          std::vector<size_t> bytes(size);
+          for (int m = 0; m < size; ++m) bytes[m] = (m == 1 && round % 3 == 0) ? 0 : base + 977 * m;
+          std::vector<size_t> offsets(size, 0);
+          for (int m = 1; m < size; ++m) offsets[m] = offsets[m - 1] + bytes[m - 1];
+          std::vector<unsigned char> out(offsets[size - 1] + bytes[size - 1] + 1, 0xee);
+          std::vector<unsigned char> separate(bytes[me]);
+          const bool in_place = round >= 3;
+          unsigned char* in = in_place ? out.data() + offsets[me] : separate.data();
+          for (size_t i = 0; i < bytes[me]; ++i) in[i] = static_cast<unsigned char>(i * 13 + me * 5 + round);
+          comm.allgatherv(in, out.data(), bytes);
+          for (int m = 0; m < size; ++m) {
+            for (size_t i = 0; i < bytes[m]; ++i) {
+              if (out[offsets[m] + i] != static_cast<unsigned char>(i * 13 + m * 5 + round)) {
+                ::hvd_test::fail(__FILE__, __LINE__, std::string("HVD_SHM_SINGLE_COPY=") + single_copy + " round " +
+                                                         std::to_string(round) + ": wrong byte " + std::to_string(i) +
+                                                         " of member " + std::to_string(m));
+                return;
+              }
+            }
+          }
+          EXPECT_EQ(out.back(), static_cast<unsigned char>(0xee));
+        }
+      });
+    }
+  }
+  ::unsetenv("HVD_SHM_SINGLE_COPY");
+}
+
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
   auto name_for = [](Transport t, int size) {
     std::string name;

@@ -58,6 +58,25 @@ def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
         assert failures == []
 
 
+# Large results come from the core's pool of reused blocks (or not, with the
+# pool off); large shm allgathers read the other ranks' memory, or go through
+# the shared-memory slots when told to or when a rank may not read the others'
+# memory (simulated by "deny-for-tests": the first such call falls back).
+LARGE_ALLGATHER_KNOBS = {"default": {}, "no_pool": {"HVD_RESULT_POOL_BYTES": "0"},
+                         "shm_slots": {"HVD_SHM_SINGLE_COPY": "0"},
+                         "shm_read_denied": {"HVD_SHM_SINGLE_COPY": "deny-for-tests"}}
+
+
+@pytest.mark.parametrize("np_, knobs", [(1, "default"), (2, "default"), (3, "default"), (2, "no_pool"),
+                                        (2, "shm_slots"), (3, "shm_read_denied")])
+def test_large_allgather_results_are_writable_independent_and_outlive_reuse(np_, knobs):
+    env = LARGE_ALLGATHER_KNOBS[knobs]
+    results = ranks.run_program_ok(np_, "collectives:large_allgather_results_are_owned_writable_and_independent",
+                                   env=env)
+    for failures in results:
+        assert failures == []
+
+
 @pytest.mark.parametrize("knobs", ["default", "no_fusion"])
 @pytest.mark.parametrize("np_", SIZES)
 def test_fused_allgathers_of_uneven_tensors_are_exact(np_, knobs):

@@ -11,8 +11,8 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.engine_calls import (HandleManager, TensorDesc, call_sync, copy_owned_result, full_name,
-                                         group_tensor_names, received_splits, result, run_sync, sync_template)
+from horovod.common.engine_calls import (HandleManager, TensorDesc, call_sync, full_name, group_tensor_names,
+                                         owned_result_memory, received_splits, result, run_sync, sync_template)
 from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of
@@ -156,14 +156,13 @@ _ALLREDUCE = c_api.ALLREDUCE
 
 
 def _owned_result_to_numpy(c_handle, index, dtype):
-    """Tensor `index`'s core-owned result as a new numpy array, and its hvd_result."""
+    """Tensor `index`'s core-owned result as a numpy array over the core's memory
+    (freed with the array: no copy, no second allocation), and its hvd_result."""
     res = result(c_handle, index)
-
-    def allocate(shape):
-        out = np.empty(shape, dtype=dtype)
-        return out, out.ctypes.data
-
-    return copy_owned_result(res, allocate), res
+    memory, shape = owned_result_memory(res)
+    if memory is None:
+        return np.empty(shape, dtype=dtype), res
+    return np.asarray(memory).view(dtype).reshape(shape), res
 
 
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,

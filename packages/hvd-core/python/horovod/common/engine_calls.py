@@ -13,7 +13,7 @@ import time
 from horovod.common import c_api
 
 __all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name", "group_tensor_names", "copy_owned_result",
-           "received_splits"]
+           "adopt_owned_result", "owned_result_memory", "received_splits"]
 
 
 # Byte layouts of the C ABI structs on LP64 (checked against the header by
@@ -384,6 +384,78 @@ def copy_owned_result(res, allocate):
         ctypes.memmove(address, dl.data, nbytes)
     managed.deleter(res.output)
     return out
+
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# The capsule keeps a pointer to its name: a module constant outlives every capsule.
+_DLTENSOR_NAME = b"dltensor"
+
+
+def adopt_owned_result(res, from_dlpack, allocate):
+    """The host-memory result the core allocated (`res`, an hvd_result) as an
+    array of the caller's framework over the same memory, without a copy.
+
+    `from_dlpack(capsule)` turns a DLPack "dltensor" capsule into the
+    framework's array; the framework then owns the memory and calls the
+    result's deleter when the array (and every view of it) is gone. A large
+    allgather or alltoall result is thereby written once, by the transport,
+    instead of being copied into a second fresh allocation (whose page faults
+    cost as much as the copy). Should the importer refuse the capsule without
+    taking it, a host result is copied with `copy_owned_result(res, allocate)`.
+    """
+    capsule = _PyCapsule_New(ctypes.cast(res.output, ctypes.c_void_p), _DLTENSOR_NAME, None)
+    try:
+        return from_dlpack(capsule)
+    except (TypeError, ValueError, BufferError, RuntimeError):
+        # A consumed capsule is renamed "used_dltensor": the importer owns the
+        # memory then, and its error is the caller's to see.
+        if (not _PyCapsule_IsValid(capsule, _DLTENSOR_NAME)
+                or res.output.contents.dl_tensor.device.device_type != c_api.kDLCPU):
+            raise
+        return copy_owned_result(res, allocate)
+
+
+class _OwnedResultMemory:
+    """A core-allocated host result's bytes, seen through the array interface
+    protocol (a flat, writable uint8 array); frees the result when the last
+    array over it is gone."""
+    __slots__ = ("managed", "__array_interface__")
+
+    def __init__(self, managed, address, nbytes):
+        self.managed = managed
+        self.__array_interface__ = {"data": (address, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+    def __del__(self):
+        self.managed.contents.deleter(self.managed)
+
+
+def owned_result_memory(res):
+    """The host-memory result the core allocated (`res`, an hvd_result) as an
+    object exposing its bytes through ``__array_interface__`` (flat, uint8,
+    writable), and the result's shape.
+
+    The object owns the result from then on: the result is freed when the
+    object and every array made over it (``np.asarray``, views) are gone.
+    numpy would mark an array imported from a DLPack capsule read-only, and a
+    ctypes array type per result size would pile up in ctypes' type cache.
+    Returns (None, shape) for an empty result, which is freed at once.
+    """
+    managed = res.output
+    dl = managed.contents.dl_tensor
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    count = 1
+    for extent in shape:
+        count *= extent
+    nbytes = count * ((dl.dtype.bits * dl.dtype.lanes + 7) // 8)
+    if nbytes == 0:
+        managed.contents.deleter(managed)
+        return None, shape
+    return _OwnedResultMemory(managed, dl.data, nbytes), shape
 
 
 def received_splits(res):

@@ -80,6 +80,11 @@ class ShmCommunicator : public Communicator {
   void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
   void allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
   size_t max_over_members(size_t value);
+  // allgatherv by reading every other member's piece out of its process
+  // (process_vm_readv); false, with the output to be rewritten, when some
+  // member could not, after which the communicator keeps to the slots.
+  bool allgatherv_single_copy(const unsigned char* input, unsigned char* output,
+                              const std::vector<size_t>& bytes_per_rank, const std::vector<size_t>& offsets);
   struct LaneArea;
   LaneArea* lane(int member) const;
   // Waits up to `until` for every member to have completed lane_completed_
@@ -97,6 +102,8 @@ class ShmCommunicator : public Communicator {
   size_t slot_bytes_ = 0;
   uint64_t step_ = 0;        // steps completed by this member (same on every member)
   bool spin_ = true;         // false when members outnumber cores
+  bool deny_single_copy_ = false;  // HVD_SHM_SINGLE_COPY=deny-for-tests on a member other than 0
+  bool single_copy_ = true;  // large allgathers read peers' memory (member 0's HVD_SHM_SINGLE_COPY=0: never)
   std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(200);
   std::atomic<bool> local_abort_{false};
 };

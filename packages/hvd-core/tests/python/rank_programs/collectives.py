@@ -3,6 +3,7 @@
 # against a reference it computes from the inputs of all ranks.
 """Rank programs for test_collectives.py."""
 
+import os
 import time
 
 import numpy as np
@@ -138,6 +139,90 @@ def allgather_with_different_first_dimensions_every_dtype():
     grouped = hvd.grouped_allgather([np.full((rank + 1,), rank, np.int64), np.full((1, 2), rank, np.float32)])
     if grouped[0].tolist() != [r for r in range(size) for _ in range(r + 1)] or grouped[1].shape != (size, 2):
         failures.append(["grouped"])
+    return failures
+
+
+def large_allgather_results_are_owned_writable_and_independent():
+    """Allgathers whose results (1 MiB and more) the core allocates from its pool
+    of reused blocks and numpy wraps without a copy: each result must be
+    writable, keep its values while later allgathers of the same size reuse
+    freed blocks, and outlive its base array through a view. Uneven first
+    dimensions, a rank with no rows and several dtypes. Returns the failures."""
+    import gc
+
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+    row = 4096  # elements per row
+
+    def rows_of(r, case):
+        # case 0: uneven; case 1: rank 1 (the last rank at P=2) sends no rows.
+        return 64 + 16 * r if case == 0 else (0 if r == 1 else 96)
+
+    def part(r, case, name):
+        return make(r + 10 * case, (rows_of(r, case), row), name)
+
+    kept = []
+    for name in ["float32", "int8", "float64", "bool", "uint16"]:
+        for case in (0, 1):
+            want = np.concatenate([part(r, case, name) for r in range(size)])
+            out = hvd.allgather(part(rank, case, name), name="big.%s.%d" % (name, case))
+            if not out.flags.writeable or not out.flags.c_contiguous or out.dtype != dt(name):
+                failures.append(["flags", name, case, bool(out.flags.writeable), str(out.dtype)])
+            if not close(out, want, name):
+                failures.append(["value", name, case])
+            kept.append((out, want, name))
+    # Freed results' blocks come back for the next allgathers of their size:
+    # scribble on one, free it, and the next result of that size must still be
+    # exactly the gathered data; a view keeps its memory from being reused.
+    pooled = os.environ.get("HVD_RESULT_POOL_BYTES") != "0"
+    for step in range(3):
+        want = np.concatenate([part(r, 0, "float32") for r in range(size)])
+        out = hvd.allgather(part(rank, 0, "float32"), name="reuse.%d" % step)
+        if not close(out, want, "float32"):
+            failures.append(["reused block", step])
+        address = out.ctypes.data
+        tail = out[-3:]
+        out[:] = -1.0
+        del out
+        gc.collect()
+        again = hvd.allgather(part(rank, 0, "float32"), name="reuse.again.%d" % step)
+        if not close(again, want, "float32"):
+            failures.append(["after scribble", step])
+        if not np.all(tail == -1.0):
+            failures.append(["view lost its memory", step])
+        if again.ctypes.data == address:
+            failures.append(["block of a live view handed out again", step])
+        # Once the last view is gone the block goes back to the pool, and the
+        # next result of its size gets it (the most recently freed): freed,
+        # not leaked.
+        del again
+        gc.collect()
+        del tail
+        gc.collect()
+        third = hvd.allgather(part(rank, 0, "float32"), name="reuse.third.%d" % step)
+        if pooled and third.ctypes.data != address:
+            failures.append(["freed block not reused", step])
+        del third
+    handle = hvd.allgather_async(part(rank, 1, "float64"), name="big.async")
+    asynchronous = hvd.synchronize(handle)
+    if not close(asynchronous, np.concatenate([part(r, 1, "float64") for r in range(size)]), "float64"):
+        failures.append(["async"])
+    grouped = hvd.grouped_allgather([part(rank, 0, "float32"), part(rank, 1, "float32")], name="big.grouped")
+    for case, out in enumerate(grouped):
+        if not close(out, np.concatenate([part(r, case, "float32") for r in range(size)]), "float32"):
+            failures.append(["grouped", case])
+    for out, want, name in kept:
+        if not close(out, want, name):
+            failures.append(["kept result changed", name])
+    # Results outlive the engine (shutdown empties the pool of freed blocks
+    # only) and can be freed after it.
+    hvd.shutdown()
+    for out, want, name in kept:
+        if not close(out, want, name):
+            failures.append(["result changed by shutdown", name])
+    del kept, out
+    gc.collect()
     return failures
 
 

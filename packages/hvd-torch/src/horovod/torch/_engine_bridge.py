@@ -21,7 +21,7 @@ from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.engine_calls import call_sync, sync_template, thread_sync
-from horovod.common.engine_calls import (HandleManager, TensorDesc, copy_owned_result, full_name, group_tensor_names,
+from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
                                     received_splits, result, run_sync)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
 
@@ -277,20 +277,19 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 def _owned_result_to_torch(c_handle, index, dtype, device):
-    """The core-allocated result as a tensor: on a GPU the tensor takes the
-    memory over (DLPack); in host memory it is copied into a new tensor and the
-    original freed."""
+    """The core-allocated result as a tensor that takes the memory over
+    (DLPack; no copy, on a GPU or in host memory). A result torch's DLPack
+    importer refuses is copied into a new tensor and the original freed."""
     res = result(c_handle, index)
-    if res.output.contents.dl_tensor.device.device_type == c_api.kDLCUDA:
-        capsule = _PyCapsule_New(ctypes.cast(res.output, ctypes.c_void_p), b"dltensor", None)
-        return torch.utils.dlpack.from_dlpack(capsule), res
 
     def allocate(shape):
         out = torch.empty(shape, dtype=dtype)
         return out, out.data_ptr()
 
-    out = copy_owned_result(res, allocate)
-    if device.type != "cpu":
+    out = adopt_owned_result(res, torch.utils.dlpack.from_dlpack, allocate)
+    if out.dtype != dtype:
+        out = out.view(dtype)
+    if out.device.type == "cpu" and device.type != "cpu":
         out = out.to(device)
     return out, res
 
