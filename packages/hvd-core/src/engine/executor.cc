@@ -13,12 +13,6 @@
 namespace hvd {
 namespace {
 
-int64_t num_elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
 int64_t row_elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
@@ -128,8 +122,7 @@ static void complete(DataPlane& plane, const LocalTensor& local, const std::stri
 void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane) {
   const size_t esize = dtype_size(r.dtype);
   const double pre = r.prescale;
-  double post = r.postscale;
-  if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(comm_.size());
+  const double post = result_scale(r.reduce_op, r.postscale, comm_.size());
   if (!r.inline_result.empty()) {
     // The coordinator reduced the inputs the requests carried.
     std::string alloc_error;
@@ -332,8 +325,7 @@ void Executor::reducescatter_fused(const Response& r, const std::vector<LocalTen
   activity_start(r, comm, "REDUCESCATTER");
   comm.reducescatter(packed, mine, counts, r.dtype, transport_op(r.reduce_op));
   activity_end(r);
-  double post = r.postscale;
-  if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(members);
+  const double post = result_scale(r.reduce_op, r.postscale, static_cast<int>(members));
   activity_start(r, "MEMCPY_OUT_FUSION_BUFFER");
   std::vector<std::string> alloc_errors(n);
   copies.clear();
@@ -422,8 +414,7 @@ void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& loc
   activity_start(r, comm, "REDUCESCATTER");
   comm.reducescatter(in, out, counts, r.dtype, transport_op(r.reduce_op));
   activity_end(r);
-  double post = r.postscale;
-  if (r.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(size);
+  const double post = result_scale(r.reduce_op, r.postscale, size);
   const size_t mine = counts[static_cast<size_t>(comm_.rank())];
   const CopySpec postscaled{out, out, mine};
   if (post != 1.0) plane.copy_scaled(&postscaled, 1, r.dtype, post);

@@ -132,6 +132,16 @@ int64_t response_bytes(const Response& r) {
   return total;
 }
 
+double result_scale(int32_t op, double postscale, int members) {
+  return op == HVD_OP_AVERAGE ? postscale / static_cast<double>(members) : postscale;
+}
+
+int64_t num_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
 ReduceOp transport_op(int32_t op) {
   switch (op) {
     case HVD_OP_MIN: return ReduceOp::kMin;

@@ -106,6 +106,11 @@ int64_t response_bytes(const Response& r);
 // The reduction a transport runs for an hvd_reduce_op (Average: Sum, then
 // the executor scales).
 ReduceOp transport_op(int32_t op);
+// What a reduction's result is multiplied by afterwards: the postscale
+// factor, and for Average also 1 / the number of members reduced over.
+double result_scale(int32_t op, double postscale, int members);
+// Elements of a tensor of `shape`.
+int64_t num_elements(const std::vector<int64_t>& shape);
 
 // Control-channel message types.
 enum class MessageType : uint8_t {

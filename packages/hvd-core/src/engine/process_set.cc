@@ -266,8 +266,7 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
     key = e.key;
     occurrence = e.occurrence;
   }
-  size_t count = 1;
-  for (auto d : meta.shape) count *= static_cast<size_t>(d);
+  const size_t count = static_cast<size_t>(num_elements(meta.shape));
   const void* input = t.input;
   if (meta.prescale != 1.0) {
     thread_local std::vector<unsigned char> prescaled;
@@ -279,9 +278,8 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
                                  kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
     return false;
   }
-  // As the executor does after a collective: Average divides by the size.
-  double post = meta.postscale;
-  if (meta.reduce_op == HVD_OP_AVERAGE) post /= static_cast<double>(size());
+  // As the executor does after a collective.
+  const double post = result_scale(meta.reduce_op, meta.postscale, size());
   if (post != 1.0) scale_copy(t.output, t.output, count, meta.dtype, post);
   t.result_data = t.output;
   fast_lane_calls_.fetch_add(1, std::memory_order_relaxed);

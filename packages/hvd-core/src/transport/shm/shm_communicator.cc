@@ -346,6 +346,8 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                                           "HVD_SHM_SLOT_BYTES on member 0)");
   }
   single_copy_ = header_->single_copy != 0;
+  lane_seen_.resize(static_cast<size_t>(size_));
+  lane_inputs_.resize(static_cast<size_t>(size_));
   deny_single_copy_ = header_->single_copy == 2 && rank_ != 0;
   member_states(header_)[rank_].pid_namespace.store(pid_namespace_id());
   member_states(header_)[rank_].pid.store(static_cast<int32_t>(getpid()));
@@ -897,13 +899,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint6
   std::memcpy(mine->data, input, bytes);
   mine->state.store(publication << 2 | kLanePublished, std::memory_order_release);
 
-  uint64_t seen_stack[64];
-  std::vector<uint64_t> seen_heap;
-  uint64_t* seen = seen_stack;  // each member's publication we matched
-  if (size_ > 64) {
-    seen_heap.resize(static_cast<size_t>(size_));
-    seen = seen_heap.data();
-  }
+  std::vector<uint64_t>& seen = lane_seen_;  // each member's publication we matched
   bool committed = false;
   bool yielding = false;
   Clock::time_point last_peer_check = start;
@@ -968,15 +964,9 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint6
       }
     }
   }
-  const void* srcs_stack[64];
-  std::vector<const void*> srcs_heap;
-  const void** srcs = srcs_stack;
-  if (size_ > 64) {
-    srcs_heap.resize(static_cast<size_t>(size_));
-    srcs = srcs_heap.data();
-  }
-  for (int m = 0; m < size_; ++m) srcs[m] = lane(m)->data;
-  reduce_many(reduced, srcs, static_cast<size_t>(size_), count, dtype, op);
+  std::vector<const void*>& srcs = lane_inputs_;
+  for (int m = 0; m < size_; ++m) srcs[static_cast<size_t>(m)] = lane(m)->data;
+  reduce_many(reduced, srcs.data(), srcs.size(), count, dtype, op);
   mine->completed.store(++lane_completed_, std::memory_order_release);
   return LaneOutcome::kDone;
 }

@@ -90,6 +90,9 @@ class ShmCommunicator : public Communicator {
   // Waits up to `until` for every member to have completed lane_completed_
   // calls; false when one has not (it may still read our slot).
   bool lane_slot_free(std::chrono::steady_clock::time_point until);
+  // Scratch of lane_allreduce, one entry per member (one lane call at a time).
+  std::vector<uint64_t> lane_seen_;
+  std::vector<const void*> lane_inputs_;
   uint64_t lane_publication_ = 0;
   uint64_t lane_completed_ = 0;
   std::atomic<bool> lane_in_use_{false};
