@@ -34,6 +34,11 @@ def test_allreduce_every_dtype_and_op_matches_reference(size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_large_out_of_place_allreduce_results_from_the_engine_pool(size):
+    _assert_checks(size, "allreduce_large")
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_allreduce_default_average_scale_factors_in_place_and_async(size):
     _assert_checks(size, "allreduce_variants", "allreduce_async")
 

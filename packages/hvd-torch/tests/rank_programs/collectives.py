@@ -124,6 +124,38 @@ def every_collective_check():
     except ValueError:
         pass
 
+    # --- large out-of-place allreduces (1 MiB and more): the engine allocates
+    # the result from its pool of reused blocks and torch takes it over
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool):
+        shape = (1025, (1 << 20) // 1024 // torch.tensor([], dtype=dtype).element_size() + 3)
+        inputs = [make(r, shape, dtype) for r in range(size)]
+        for opname in ("Sum", "Max"):
+            mine = inputs[rank].clone()
+            out = hvd.allreduce(mine, op=OPS[opname], name="large.%s.%s" % (dtype, opname))
+            expect("allreduce_large", same(out, reference(inputs, opname, dtype), dtype) and out.is_contiguous(),
+                   "%s %s" % (dtype, opname))
+            expect("allreduce_large", torch.equal(mine, inputs[rank]) and out.data_ptr() != mine.data_ptr(),
+                   "input modified or shared")
+    big = make(rank, (512, 1024), torch.float32)
+    big_sum = reference([make(r, (512, 1024), torch.float32) for r in range(size)], "Sum", torch.float32)
+    first = hvd.allreduce(big, op=hvd.Sum, name="large.reuse")
+    address = first.data_ptr()
+    first.fill_(-1.0)
+    del first
+    blocker = torch.full_like(big, 7.0)  # the freed block is the pool's, not the allocator's
+    again = hvd.allreduce(big, op=hvd.Sum, name="large.reuse")
+    expect("allreduce_large", same(again, big_sum, torch.float32) and torch.all(blocker == 7.0), "reused block")
+    expect("allreduce_large", again.data_ptr() == address, "freed block not reused")
+    again.add_(1.0)
+    expect("allreduce_large", same(again, big_sum + 1.0, torch.float32), "result not writable")
+    outs = [hvd.synchronize(hvd.allreduce_async(big * i, op=hvd.Sum, name="large.async.%d" % i)) for i in range(2)]
+    expect("allreduce_large", all(same(o, big_sum * i, torch.float32) for i, o in enumerate(outs)), "async")
+    leaf = big.clone().requires_grad_(True)
+    reduced = hvd.allreduce(leaf, op=hvd.Average, name="large.grad")
+    reduced.sum().backward()
+    expect("allreduce_large", same(reduced.detach(), big_sum / size, torch.float32)
+           and torch.allclose(leaf.grad, torch.ones_like(big)), "autograd")
+
     # --- grouped allreduce (+ in place, async)
     group = [make(rank, (4,), torch.float32), make(rank, (2, 3), torch.float64), make(rank, (3,), torch.int32)]
     refs = [reference([make(r, t.shape, t.dtype) for r in range(size)], "Sum", t.dtype) for t in group]

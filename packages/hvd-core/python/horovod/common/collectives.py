@@ -11,8 +11,9 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.engine_calls import (HandleManager, TensorDesc, call_sync, full_name, group_tensor_names,
-                                         owned_result_memory, received_splits, result, run_sync, sync_template)
+from horovod.common.engine_calls import (POOLED_RESULT_BYTES, HandleManager, TensorDesc, call_sync, full_name,
+                                         group_tensor_names, owned_result_memory, received_splits, result, run_sync,
+                                         sync_template)
 from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of
@@ -165,6 +166,14 @@ def _owned_result_to_numpy(c_handle, index, dtype):
     return np.asarray(memory).view(dtype).reshape(shape), res
 
 
+def _result_from_pool(tensor):
+    """Whether an out-of-place allreduce of `tensor` should let the engine
+    allocate its result (from its pool of reused blocks; see
+    engine_calls.POOLED_RESULT_BYTES) instead of a new array."""
+    return (type(tensor) is np.ndarray and tensor.flags.c_contiguous
+            and tensor.nbytes >= POOLED_RESULT_BYTES)
+
+
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
                      caller_waits=False):
     process_set_id = process_set_id_of(process_set)
@@ -191,6 +200,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         A handle to pass to `poll()` or `synchronize()`.
     """
     op = _average_compat(op, average)
+    if _result_from_pool(tensor):
+        return _gather_like_async(c_api.ALLREDUCE, "allreduce", [tensor], name, process_set, True, op,
+                                  prescale_factor, postscale_factor)
     output = np.empty_like(tensor) if isinstance(tensor, np.ndarray) else None
     return _allreduce_async([tensor], [output], name, op, prescale_factor, postscale_factor, process_set,
                             "allreduce")
@@ -215,6 +227,9 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     """
     if op is None or average is not None:
         op = _average_compat(op, average)
+    if _result_from_pool(tensor):
+        return synchronize(_gather_like_async(c_api.ALLREDUCE, "allreduce", [tensor], name, process_set, True, op,
+                                              prescale_factor, postscale_factor, caller_waits=True))
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         output = np.empty_like(tensor)

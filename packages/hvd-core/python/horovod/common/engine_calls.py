@@ -12,8 +12,14 @@ import time
 
 from horovod.common import c_api
 
-__all__ = ["TensorDesc", "enqueue", "HandleManager", "full_name", "group_tensor_names", "copy_owned_result",
-           "adopt_owned_result", "owned_result_memory", "received_splits"]
+__all__ = ["POOLED_RESULT_BYTES", "TensorDesc", "enqueue", "HandleManager", "full_name", "group_tensor_names",
+           "copy_owned_result", "adopt_owned_result", "owned_result_memory", "received_splits"]
+
+# Results the engine allocates from this size up come from its pool of reused
+# blocks (HostResultPool::kMinPooledBytes): out-of-place allreduces this large
+# let the engine allocate their result rather than writing into a new array,
+# whose first touch of every page costs about as much as the reduction itself.
+POOLED_RESULT_BYTES = 1 << 20
 
 
 # Byte layouts of the C ABI structs on LP64 (checked against the header by

@@ -79,6 +79,92 @@ def allreduce_every_dtype_and_op():
     return failures
 
 
+def large_allreduce_results_come_from_the_pool():
+    """Out-of-place allreduces of 1 MiB and more, whose results the core
+    allocates (from its pool of reused blocks) and numpy wraps: every dtype
+    and op against the reference, the input left alone, results writable and
+    independent of later calls that reuse freed blocks, scale factors, the
+    asynchronous form, and one just below the size that gives the core the
+    allocation. Returns the failures."""
+    import gc
+
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Average": hvd.Average}
+    kept = []
+    for name in DTYPES:
+        shape = (1025, (1 << 20) // 1024 // dt(name).itemsize + 3)  # >= 1 MiB, not a power of two
+        inputs = [make(r, shape, name) for r in range(size)]
+        wide = np.stack([x.astype(np.float64) for x in inputs])
+        for opname, op in ops.items():
+            if name == "bool" and opname == "Average":
+                continue
+            if name == "bool":
+                reduce = np.logical_and if opname == "Min" else np.logical_or
+                ref = reduce.reduce(np.stack(inputs))
+            else:
+                ref = {"Sum": wide.sum(0), "Min": wide.min(0), "Max": wide.max(0),
+                       "Average": wide.sum(0) / size}[opname]
+                if opname == "Average" and not name.startswith("float") and name != "bfloat16":
+                    ref = np.trunc(ref)
+                ref = ref.astype(dt(name))
+            mine = inputs[rank].copy()
+            out = hvd.allreduce(mine, op=op, name="big.%s.%s" % (name, opname))
+            if out.dtype != dt(name) or not out.flags.writeable or not out.flags.c_contiguous:
+                failures.append(["flags", name, opname, str(out.dtype), bool(out.flags.writeable)])
+            if not close(out, ref, name):
+                failures.append(["value", name, opname])
+            if not np.array_equal(mine, inputs[rank]) or np.shares_memory(out, mine):
+                failures.append(["input touched or shared", name, opname])
+            if opname == "Sum":
+                kept.append((out, ref, name))
+    # A freed result's block is handed out again; scribbling on a result or
+    # freeing it changes no other result.
+    x = make(rank, (512, 1024), "float32")
+    total = sum(make(r, (512, 1024), "float32").astype(np.float64) for r in range(size)).astype(np.float32)
+    first = hvd.allreduce(x, op=hvd.Sum, name="reuse")
+    address = first.ctypes.data
+    first[:] = -1.0
+    del first
+    gc.collect()
+    # The block is the pool's, not malloc's: an array allocated now does not
+    # take it, the next result does.
+    blocker = np.full_like(x, 7.0)
+    again = hvd.allreduce(x, op=hvd.Sum, name="reuse")
+    if np.shares_memory(blocker, again) or not np.all(blocker == 7.0):
+        failures.append(["result and a numpy array share memory"])
+    if not close(again, total, "float32"):
+        failures.append(["after scribble"])
+    if os.environ.get("HVD_RESULT_POOL_BYTES") != "0" and again.ctypes.data != address:
+        failures.append(["freed block not reused"])
+    view = again[:3]
+    del again
+    gc.collect()
+    other = hvd.allreduce(x, op=hvd.Sum, name="reuse")
+    if other.ctypes.data == view.ctypes.data or not close(view, total[:3], "float32"):
+        failures.append(["block of a live view handed out again"])
+    scaled = hvd.allreduce(x, op=hvd.Average, prescale_factor=0.5, postscale_factor=4.0, name="scaled")
+    if not close(scaled, total * 2.0 / size, "float32"):
+        failures.append(["scale factors"])
+    handles = [hvd.allreduce_async(x * (i + 1), op=hvd.Sum, name="big.async.%d" % i) for i in range(3)]
+    for i, h in enumerate(handles):
+        if not close(hvd.synchronize(h), total * (i + 1), "float32"):
+            failures.append(["async", i])
+    small = make(rank, (1023, 256), "float32")  # 4 bytes short of 1 MiB: a new array
+    small_total = sum(make(r, (1023, 256), "float32").astype(np.float64) for r in range(size))
+    if not close(hvd.allreduce(small, op=hvd.Sum, name="small"), small_total, "float32"):
+        failures.append(["below the pool size"])
+    for out, ref, name in kept:
+        if not close(out, ref, name):
+            failures.append(["kept result changed", name])
+    hvd.shutdown()
+    for out, ref, name in kept:
+        if not close(out, ref, name):
+            failures.append(["result changed by shutdown", name])
+    return failures
+
+
 def allreduce_scale_factors_inplace_and_async():
     hvd.init()
     size, rank = hvd.size(), hvd.rank()

@@ -20,7 +20,7 @@ from horovod.common import c_api
 from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.engine_calls import call_sync, sync_template, thread_sync
+from horovod.common.engine_calls import POOLED_RESULT_BYTES, call_sync, sync_template, thread_sync
 from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
                                     received_splits, result, run_sync)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -183,12 +183,26 @@ _MAX_SYNC_BLOCKS = 4096
 _POINTER_PACK = struct.Struct("<Q").pack_into
 
 
+def _result_from_pool(tensor):
+    """Whether an out-of-place allreduce of `tensor` should let the engine
+    allocate its result (from the pool of reused blocks; see
+    horovod.common.engine_calls.POOLED_RESULT_BYTES) instead of a new tensor."""
+    return (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()
+            and tensor.numel() * tensor.element_size() >= POOLED_RESULT_BYTES)
+
+
 def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
     """Synchronous single-tensor allreduce into `output` (a new tensor when None).
 
     The latency-critical path: small allreduces cost little more than the
-    engine's own work, so checks and descriptors are made once.
+    engine's own work, so checks and descriptors are made once. A large
+    out-of-place result is a block of the engine's result pool instead of a
+    new tensor, whose fresh pages would cost as much as the reduction.
     """
+    if output is None and _result_from_pool(tensor):
+        return _handles_synchronize(_owned_results_async(c_api.ALLREDUCE, "allreduce", [tensor], name,
+                                                         process_set_id, True, op, prescale_factor,
+                                                         postscale_factor, caller_waits=True))
     if (type(tensor) is torch.Tensor and (output is None or output is tensor) and tensor.is_cpu
             and tensor.layout is _STRIDED and (name is None or type(name) is str) and tensor.is_contiguous()):
         # A plain contiguous CPU tensor: its argument block comes from the
@@ -314,8 +328,15 @@ def _gather_like_async(collective, collective_name, tensors, name, process_set, 
                        splits_device=None):
     """Enqueues an allgather, alltoall or reducescatter whose results the engine sizes;
     alltoall's received splits come back on `splits_device` (default: the CPU)."""
+    return _owned_results_async(collective, collective_name, tensors, name, _process_set_id(process_set), single,
+                                reduce_op, prescale_factor, postscale_factor, splits, caller_waits, splits_device)
+
+
+def _owned_results_async(collective, collective_name, tensors, name, ps_id, single, reduce_op=Sum,
+                         prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False,
+                         splits_device=None):
+    """Enqueues a collective whose results the engine allocates (see _gather_like_async)."""
     _check_one_device(tensors)
-    ps_id = _process_set_id(process_set)
     hosts = [_to_host(t) for t in tensors]
     inputs = [_describe(h) for h in hosts]
     kinds = [(t.dtype, t.device) for t in tensors]

@@ -20,7 +20,8 @@ from horovod.common.util import get_average_backwards_compatibility_fun
 
 from horovod.torch._engine_bridge import (HorovodCollectiveMismatchError, _allgather_now, _allreduce_async,
                                           _allreduce_now, _broadcast_async, _broadcast_now, _gather_like_async,
-                                          _handles, _handles_synchronize, _splits_device, _splits_list)
+                                          _handles, _handles_synchronize, _result_from_pool, _splits_device,
+                                          _splits_list)
 from horovod.torch.compression import Compression
 
 # The bridge's internals were defined here before it had a module of its own;
@@ -99,6 +100,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         reduced tensor.
     """
     op = handle_average_backwards_compatibility(op, average)
+    if _result_from_pool(tensor):
+        return _gather_like_async(c_api.ALLREDUCE, "allreduce", [tensor], name, process_set, True, op,
+                                  prescale_factor, postscale_factor)
     output = torch.empty_like(tensor) if isinstance(tensor, torch.Tensor) else None
     return _allreduce_async([tensor], [output], name, op, prescale_factor, postscale_factor, process_set,
                             "allreduce", True)
