@@ -91,23 +91,26 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 // Checks that a DLTensor is something the engine can read in place;
 // returns where it lives.
-Device check_tensor(const DLTensor* t, const std::string& what) {
-  if (t == nullptr) throw_error(ErrorCode::kInvalidArgument, what + " is NULL");
+// `what()` names the tensor in errors; called only for one, so a valid
+// tensor costs no string building.
+template <class What>
+Device check_tensor(const DLTensor* t, const What& what) {
+  if (t == nullptr) throw_error(ErrorCode::kInvalidArgument, what() + " is NULL");
   Device device = Device::kCpu;
   if (t->device.device_type == kDLCUDA) {
     const GpuSupport& gpu = gpu_support();
-    if (gpu.plugin == nullptr) throw_error(ErrorCode::kUnsupported, what + " is a CUDA tensor, but " + gpu.why);
+    if (gpu.plugin == nullptr) throw_error(ErrorCode::kUnsupported, what() + " is a CUDA tensor, but " + gpu.why);
     if (t->device.device_id < 0 || t->device.device_id >= gpu.device_count) {
-      throw_error(ErrorCode::kInvalidArgument, what + " is on CUDA device " + std::to_string(t->device.device_id) +
+      throw_error(ErrorCode::kInvalidArgument, what() + " is on CUDA device " + std::to_string(t->device.device_id) +
                                                    ", but this process sees " + std::to_string(gpu.device_count));
     }
     device = Device::kCuda;
   } else if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
     throw_error(ErrorCode::kUnsupported,
-                what + " is on DLPack device type " + std::to_string(t->device.device_type) +
+                what() + " is on DLPack device type " + std::to_string(t->device.device_type) +
                     "; hvd-core moves CPU and CUDA memory (copy the tensor to one of those first)");
   }
-  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what + " has no shape");
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) throw_error(ErrorCode::kInvalidArgument, what() + " has no shape");
   const DataType dtype = dtype_from_dlpack(t->dtype);  // throws for unsupported types, naming them
   // The byte size must fit int64, counting a zero dimension as 1: the
   // engine multiplies dimensions in any order to size buffers and messages,
@@ -116,10 +119,10 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
   int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
   bool empty = false;
   for (int32_t i = 0; i < t->ndim; ++i) {
-    if (t->shape[i] < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension");
+    if (t->shape[i] < 0) throw_error(ErrorCode::kInvalidArgument, what() + " has a negative dimension");
     empty = empty || t->shape[i] == 0;
     if (__builtin_mul_overflow(bytes, std::max<int64_t>(t->shape[i], 1), &bytes)) {
-      throw_error(ErrorCode::kInvalidArgument, what + " has shape " + shape_str(shape_of(*t)) +
+      throw_error(ErrorCode::kInvalidArgument, what() + " has shape " + shape_str(shape_of(*t)) +
                                                    ", more bytes than a 64-bit size can count");
     }
   }
@@ -130,12 +133,12 @@ Device check_tensor(const DLTensor* t, const std::string& what) {
     for (int32_t i = t->ndim - 1; i >= 0; --i) {
       if (t->shape[i] != 1 && t->strides[i] != expected) {
         throw_error(ErrorCode::kInvalidArgument,
-                    what + " is not contiguous (row-major compact); make a contiguous copy first");
+                    what() + " is not contiguous (row-major compact); make a contiguous copy first");
       }
       expected *= t->shape[i];
     }
   }
-  if (t->data == nullptr && n > 0) throw_error(ErrorCode::kInvalidArgument, what + " has no data pointer");
+  if (t->data == nullptr && n > 0) throw_error(ErrorCode::kInvalidArgument, what() + " has no data pointer");
   return device;
 }
 
@@ -219,6 +222,7 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
     throw_error(ErrorCode::kInvalidArgument, "no tensors given to enqueue");
   }
   std::unique_ptr<hvd_handle> h(new hvd_handle());
+  h->tensors.reserve(n);
   h->process_set_id = set.id();
   h->alloc = HVD_FIELD(args, alloc, nullptr);
   h->alloc_ctx = HVD_FIELD(args, alloc_ctx, nullptr);
@@ -254,31 +258,32 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
       h->tensors.push_back(std::move(slot));
       continue;
     }
-    std::string what = std::string(collective_name(collective)) + " input" +
-                       (m.name.empty() ? "" : " '" + m.name + "'");
+    auto what = [&m, collective] {
+      return std::string(collective_name(collective)) + " input" + (m.name.empty() ? "" : " '" + m.name + "'");
+    };
     m.device = check_tensor(ta->input, what);
     m.dtype = dtype_from_dlpack(ta->input->dtype);
     m.shape = shape_of(*ta->input);
     slot.input = static_cast<const char*>(ta->input->data) + ta->input->byte_offset;
     slot.device_id = m.device == Device::kCuda ? ta->input->device.device_id : 0;
     if (i > 0 && (m.device != h->tensors[0].meta.device || slot.device_id != h->tensors[0].device_id)) {
-      throw_error(ErrorCode::kInvalidArgument, what + " is on " + device_string(*ta->input) +
+      throw_error(ErrorCode::kInvalidArgument, what() + " is on " + device_string(*ta->input) +
                                                    " but the first tensor of the group is not: a group's tensors "
                                                    "must all be on one device");
     }
     if (collective == Collective::kAllgather || collective == Collective::kAlltoall ||
         collective == Collective::kReducescatter) {
       if (m.shape.empty()) {
-        throw_error(ErrorCode::kInvalidArgument, what + " is a scalar; " + collective_name(collective) +
+        throw_error(ErrorCode::kInvalidArgument, what() + " is a scalar; " + collective_name(collective) +
                                                      " needs a tensor with at least one dimension");
       }
     }
     if (m.dtype == DataType::kBool && (collective == Collective::kAllreduce || collective == Collective::kReducescatter) &&
         (args->reduce_op == HVD_OP_AVERAGE)) {
-      throw_error(ErrorCode::kUnsupported, what + " has dtype bool, which cannot be averaged; use op=Sum (logical or), Min or Max");
+      throw_error(ErrorCode::kUnsupported, what() + " has dtype bool, which cannot be averaged; use op=Sum (logical or), Min or Max");
     }
     if (collective == Collective::kAllreduce && args->reduce_op == HVD_OP_ADASUM && !adasum_supports(m.dtype)) {
-      throw_error(ErrorCode::kInvalidArgument, what + " has dtype " + dtype_name(m.dtype) +
+      throw_error(ErrorCode::kInvalidArgument, what() + " has dtype " + dtype_name(m.dtype) +
                                                    "; op=Adasum needs float16, bfloat16, float32 or float64");
     }
     if (ta->output != nullptr) {
@@ -286,15 +291,15 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
         throw_error(ErrorCode::kInvalidArgument, std::string("an output tensor can only be given for allreduce and broadcast, not ") +
                                                      collective_name(collective));
       }
-      check_tensor(ta->output, std::string(collective_name(collective)) + " output");
+      check_tensor(ta->output, [collective] { return std::string(collective_name(collective)) + " output"; });
       if (ta->output->device.device_type != ta->input->device.device_type ||
           (m.device == Device::kCuda && ta->output->device.device_id != ta->input->device.device_id)) {
-        throw_error(ErrorCode::kInvalidArgument, what + " is on " + device_string(*ta->input) +
+        throw_error(ErrorCode::kInvalidArgument, what() + " is on " + device_string(*ta->input) +
                                                      " but its output tensor is on " + device_string(*ta->output) +
                                                      "; both must be on the same device");
       }
       if (shape_of(*ta->output) != m.shape || dtype_from_dlpack(ta->output->dtype) != m.dtype) {
-        throw_error(ErrorCode::kInvalidArgument, what + ": the output tensor " + shape_str(shape_of(*ta->output)) +
+        throw_error(ErrorCode::kInvalidArgument, what() + ": the output tensor " + shape_str(shape_of(*ta->output)) +
                                                      " does not match the input " + shape_str(m.shape) + " in shape or dtype");
       }
       slot.output = static_cast<char*>(ta->output->data) + ta->output->byte_offset;
@@ -303,21 +308,21 @@ hvd_handle* build_handle(const hvd_enqueue_args* args, ProcessSetRuntime& set, i
       int64_t dim0 = m.shape[0];
       if (ta->splits != nullptr) {
         if (ta->num_splits != static_cast<size_t>(set.size())) {
-          throw_error(ErrorCode::kInvalidArgument, what + ": splits has " + std::to_string(ta->num_splits) +
+          throw_error(ErrorCode::kInvalidArgument, what() + ": splits has " + std::to_string(ta->num_splits) +
                                                        " entries, but the process set has " + std::to_string(set.size()) + " ranks");
         }
         int64_t sum = 0;
         for (size_t s = 0; s < ta->num_splits; ++s) {
-          if (ta->splits[s] < 0) throw_error(ErrorCode::kInvalidArgument, what + ": splits must not be negative");
+          if (ta->splits[s] < 0) throw_error(ErrorCode::kInvalidArgument, what() + ": splits must not be negative");
           sum += ta->splits[s];
         }
         if (sum != dim0) {
-          throw_error(ErrorCode::kInvalidArgument, what + ": splits add up to " + std::to_string(sum) +
+          throw_error(ErrorCode::kInvalidArgument, what() + ": splits add up to " + std::to_string(sum) +
                                                        " but the first dimension is " + std::to_string(dim0));
         }
         slot.splits.assign(ta->splits, ta->splits + ta->num_splits);
       } else if (dim0 % set.size() != 0) {
-        throw_error(ErrorCode::kInvalidArgument, what + ": without splits, the first dimension (" + std::to_string(dim0) +
+        throw_error(ErrorCode::kInvalidArgument, what() + ": without splits, the first dimension (" + std::to_string(dim0) +
                                                      ") must divide evenly by the number of ranks (" + std::to_string(set.size()) + ")");
       }
     }

@@ -181,50 +181,52 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
     handle_fail_all(handle, *error);
     return;
   }
-  std::vector<std::string> names;
-  for (auto& t : handle->tensors) {
+  auto& tensors = handle->tensors;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorSlot& t = tensors[i];
     if (t.meta.collective == Collective::kJoin) {
       t.meta.name = "join";
     } else if (t.meta.name.empty()) {
       uint64_t n = noname_counters_[static_cast<int>(t.meta.collective)]++;
       t.meta.name = std::string(collective_name(t.meta.collective)) + ".noname." + std::to_string(n);
     }
-    if (names_in_flight_.count(t.meta.name) ||
-        std::find(names.begin(), names.end(), t.meta.name) != names.end()) {
+    bool duplicate = names_in_flight_.count(t.meta.name) != 0;
+    for (size_t j = 0; j < i && !duplicate; ++j) duplicate = tensors[j].meta.name == t.meta.name;
+    if (duplicate) {
       throw_error(ErrorCode::kDuplicateName,
                   "Requested to " + std::string(collective_name(t.meta.collective)) + " a tensor named '" +
                       t.meta.name + "' while another tensor with the same name is still being processed " +
                       "in process set " + std::to_string(id_) + ". Wait for it to finish or use a different name.");
     }
-    names.push_back(t.meta.name);
   }
-  if (handle->tensors.size() > 1) {
-    for (auto& t : handle->tensors) {
-      t.meta.group_key = handle->tensors[0].meta.name;
-      t.meta.group_size = static_cast<int32_t>(handle->tensors.size());
+  if (tensors.size() > 1) {
+    for (auto& t : tensors) {
+      t.meta.group_key = tensors[0].meta.name;
+      t.meta.group_size = static_cast<int32_t>(tensors.size());
     }
   }
-  for (auto& n : names) names_in_flight_.insert(n);
-  if (lane_comm_ != nullptr && handle->caller_waits && handle->tensors.size() == 1) {
+  for (const auto& t : tensors) names_in_flight_.insert(t.meta.name);
+  if (lane_comm_ != nullptr && handle->caller_waits && tensors.size() == 1) {
+    const std::string& name = tensors[0].meta.name;
     lock.unlock();
     bool done = false;
     try {
       done = run_in_lane(handle);
     } catch (...) {
       lock.lock();
-      names_in_flight_.erase(names[0]);
+      names_in_flight_.erase(name);
       throw;
     }
     lock.lock();
     if (done) {
       // Free before completion, as execute() does.
-      names_in_flight_.erase(names[0]);
+      names_in_flight_.erase(name);
       lock.unlock();
       handle_complete_tensor(handle, 0, nullptr);
       return;
     }
     if (closed_) {  // the set failed while this call was in the lane
-      names_in_flight_.erase(names[0]);
+      names_in_flight_.erase(name);
       std::shared_ptr<const Error> error = closed_error_;
       lock.unlock();
       handle_fail_all(handle, *error);
