@@ -11,11 +11,20 @@
 namespace hvd {
 namespace {
 
-// Blocks are whole huge pages, so a reused block fits any result that rounds
-// up to the same size, and the kernel can back the mapping with huge pages.
-constexpr size_t kBlockGranule = size_t{2} << 20;
+// A block is its result's size rounded up: to whole huge pages from
+// kHugeBlockBytes on, which the kernel can then back with huge pages (fewer,
+// larger faults) at a cost of at most 1/8 more memory; below that to 64 KiB,
+// so that a result just over 1 MiB does not hold (and, with huge pages, touch)
+// twice its size. A freed block serves the next result that rounds the same.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugeBlockBytes = size_t{16} << 20;
+constexpr size_t kSmallGranule = size_t{64} << 10;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+size_t block_capacity(size_t bytes) {
+  return round_up(bytes, bytes >= kHugeBlockBytes ? kHugePageBytes : kSmallGranule);
+}
 
 void unmap(void* data, size_t capacity) { ::munmap(data, capacity); }
 
@@ -44,7 +53,7 @@ HostResultPool& HostResultPool::instance() {
 }
 
 void* HostResultPool::allocate(size_t bytes, size_t* capacity) {
-  const size_t wanted = round_up(bytes, kBlockGranule);
+  const size_t wanted = block_capacity(bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     // The most recently freed block of exactly this size: its pages are the
@@ -63,7 +72,7 @@ void* HostResultPool::allocate(size_t bytes, size_t* capacity) {
 #ifdef MADV_HUGEPAGE
   // Fewer, larger page faults when the result is first written (a hint: the
   // kernel may ignore it).
-  ::madvise(data, wanted, MADV_HUGEPAGE);
+  if (wanted % kHugePageBytes == 0) ::madvise(data, wanted, MADV_HUGEPAGE);
 #endif
   *capacity = wanted;
   return data;

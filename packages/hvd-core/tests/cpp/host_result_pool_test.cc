@@ -18,16 +18,16 @@ constexpr size_t kMiB = size_t{1} << 20;
 HVD_TEST(result_pool_hands_a_freed_block_to_the_next_result_of_its_size) {
   HostResultPool pool(64 * kMiB);
   size_t cap = 0;
-  void* a = pool.allocate(3 * kMiB, &cap);
+  void* a = pool.allocate(3 * kMiB - 100, &cap);
   EXPECT_TRUE(a != nullptr);
-  EXPECT_EQ(cap, 4 * kMiB);  // whole 2 MiB granules
+  EXPECT_EQ(cap, 3 * kMiB);  // whole 64 KiB granules below 16 MiB
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, uintptr_t{0});
   std::memset(a, 0x5a, 3 * kMiB);
   pool.release(a, cap);
   EXPECT_EQ(pool.kept_blocks(), size_t{1});
-  EXPECT_EQ(pool.kept_bytes(), 4 * kMiB);
+  EXPECT_EQ(pool.kept_bytes(), 3 * kMiB);
   size_t cap2 = 0;
-  void* b = pool.allocate(4 * kMiB - 100, &cap2);  // rounds to the same granules
+  void* b = pool.allocate(3 * kMiB, &cap2);  // rounds to the same granules
   EXPECT_TRUE(b == a);
   EXPECT_EQ(cap2, cap);
   EXPECT_EQ(pool.kept_blocks(), size_t{0});
@@ -38,7 +38,20 @@ HVD_TEST(result_pool_hands_a_freed_block_to_the_next_result_of_its_size) {
   EXPECT_TRUE(c != a);
   EXPECT_EQ(pool.kept_blocks(), size_t{1});
   pool.release(c, cap3);
-  EXPECT_EQ(pool.kept_bytes(), 10 * kMiB);
+  EXPECT_EQ(pool.kept_bytes(), 9 * kMiB);
+}
+
+HVD_TEST(result_pool_rounds_small_blocks_finely_and_large_ones_to_huge_pages) {
+  // A result just over 1 MiB must not take a whole 2 MiB huge page; from
+  // 16 MiB blocks are whole huge pages.
+  HostResultPool pool(64 * kMiB);
+  size_t cap = 0;
+  void* a = pool.allocate(kMiB + 1, &cap);
+  EXPECT_EQ(cap, kMiB + 64 * 1024);
+  pool.release(a, cap);
+  void* b = pool.allocate(16 * kMiB + 1, &cap);
+  EXPECT_EQ(cap, 18 * kMiB);
+  pool.release(b, cap);
 }
 
 HVD_TEST(result_pool_never_hands_out_a_live_block_twice) {
