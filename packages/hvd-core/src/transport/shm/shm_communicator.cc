@@ -627,6 +627,9 @@ bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned
       error = read_member_memory(m, members[m].single_copy_input.load(std::memory_order_relaxed), &probe, 1);
     }
     if (!agree_on_single_copy(error, "allreduce")) return false;
+    // Not set by a successful allgather: there a member reads nothing from
+    // members whose pieces are empty, which proves nothing.
+    single_copy_proven_ = true;
   }
   const size_t esize = dtype_size(dtype);
   // Shares start on cache lines, like the slots' (allreduce_pipelined).
@@ -861,10 +864,7 @@ bool ShmCommunicator::agree_on_single_copy(int error, const char* op) {
   step_barrier(op);
   bool any_failed = false;
   for (int m = 0; m < size_; ++m) any_failed |= members[m].single_copy_failed.load(std::memory_order_relaxed) != 0;
-  if (!any_failed) {
-    single_copy_proven_ = true;
-    return true;
-  }
+  if (!any_failed) return true;
   // Every member sees the same flags, so all of them switch to the slots
   // together, for this call and the rest.
   single_copy_ = false;

@@ -124,8 +124,8 @@ class ShmCommunicator : public Communicator {
   bool single_copy_ = true;
   // Large allreduces may read peers' memory (member 0 spins; see kSingleCopyAllreduceMinBytes).
   bool single_copy_allreduce_ = true;
-  // Every member read the others' memory once: later single-copy
-  // allreduces need not try first (the same on every member).
+  // A single-copy allreduce's first read succeeded on every member: later
+  // ones need not try first (the same on every member).
   bool single_copy_proven_ = false;
   std::vector<unsigned char> single_copy_scratch_;  // allreduce_single_copy: the others' chunks
   std::vector<const void*> single_copy_sources_;    // allreduce_single_copy: one entry per member
