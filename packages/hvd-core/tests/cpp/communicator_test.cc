@@ -398,6 +398,70 @@ HVD_TEST(shm_allgatherv_single_copy_and_slots_give_the_same_bytes) {
   ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
+// Allreduces of 2 MiB up to 32 MiB among spinning members on shm are a
+// reduce-scatter and an allgather that read the other members' buffers out
+// of their processes (spinning forced, so that P=3 takes that path on 2
+// CPUs too); with
+// HVD_SHM_SINGLE_COPY=0 they go through the slots, and with "deny-for-tests"
+// the first one finds that members other than 0 may not read, and every
+// member falls back to the slots together, before anyone wrote its output.
+// Every dtype and op, in place and out of place, counts that P does not
+// divide (uneven shares, each longer than one reduction chunk), back to back
+// with small allreduces and an allgather (each call's published addresses
+// must not leak into the next). Inputs are small integers, so every
+// reduction order is exact and every member must hold the reference. The
+// slots' runs take a few dtypes only (the first call is the one that falls
+// back), to keep the test short.
+HVD_TEST(shm_large_allreduce_single_copy_and_slots_match_the_reference) {
+  const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt8,
+                              DataType::kUInt8,   DataType::kBool,    DataType::kFloat16, DataType::kBFloat16};
+  const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  for (const char* single_copy : {"1", "0", "deny-for-tests"}) {
+    ::setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);
+    for (int size : {2, 3}) {
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        int round = 0;
+        for (DataType dtype : kDtypes) {
+          const bool few = std::strcmp(single_copy, "1") != 0;
+          if (few && dtype != DataType::kFloat32 && dtype != DataType::kFloat16 && dtype != DataType::kBool) continue;
+          for (ReduceOp op : kOps) {
+            if (dtype == DataType::kUInt8 && op == ReduceOp::kProduct) continue;  // the inputs have negative factors
+            const size_t count = (size_t{2} << 20) / dtype_size(dtype) + 1 + 13 * static_cast<size_t>(round % 5);
+            const bool in_place = round % 2 == 0;
+            ++round;
+            std::vector<unsigned char> in(count * dtype_size(dtype));
+            std::vector<unsigned char> out(in.size() + 1, 0xee);
+            for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, op, dtype));
+            const std::vector<unsigned char> original = in;
+            const std::string what = std::string("HVD_SHM_SINGLE_COPY=") + single_copy + " " +
+                                     label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
+                                           dtype, op, count);
+            if (in_place) {
+              comm.allreduce(in.data(), count, dtype, op);
+              check_reduced(in.data(), 0, count, size, op, dtype, what);
+            } else {
+              EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, op));
+              check_reduced(out.data(), 0, count, size, op, dtype, what);
+              if (in != original) ::hvd_test::fail(__FILE__, __LINE__, what + ": the input changed");
+              EXPECT_EQ(out.back(), static_cast<unsigned char>(0xee));
+            }
+            if (round % 8 == 0) {
+              float small[3] = {1.0f, 2.0f, 3.0f};
+              comm.allreduce(small, 3, DataType::kFloat32, ReduceOp::kSum);
+              EXPECT_EQ(small[2], 3.0f * static_cast<float>(size));
+              std::vector<unsigned char> gathered(static_cast<size_t>(size) << 18);
+              std::vector<unsigned char> piece(size_t{1} << 18, static_cast<unsigned char>(me + 1));
+              comm.allgatherv(piece.data(), gathered.data(), std::vector<size_t>(size, piece.size()));
+              EXPECT_EQ(gathered.back(), static_cast<unsigned char>(size));
+            }
+          }
+        }
+      }, [](CommOptions& options) { options.spin = true; });
+    }
+  }
+  ::unsetenv("HVD_SHM_SINGLE_COPY");
+}
+
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
   auto name_for = [](Transport t, int size) {
     std::string name;
@@ -582,52 +646,56 @@ HVD_TEST(shm_arena_name_is_unlinked_once_every_member_attached) {
   });
 }
 
+// Small allreduces go through the slots, large ones read the other member's
+// memory: both must fail promptly naming the dead member's pid.
 HVD_TEST(shm_member_process_killed_fails_survivor_naming_its_pid) {
-  char dir_template[] = "/tmp/hvd-test-XXXXXX";
-  std::string dir = mkdtemp(dir_template);
-  std::string key = "killed-" + random_hex(8);
-  auto options_for = [&](int member) {
-    CommOptions options;
-    options.key = key;
-    options.rank = member;
-    options.global_ranks = {0, 1};
-    options.hosts = {"h", "h"};
-    options.timeout_seconds = 30.0;
-    return options;
-  };
-  pid_t child = fork();
-  if (child == 0) {
-    // A member that vanishes without any cleanup, as after SIGKILL / OOM.
-    try {
-      hvd_test::FileStore store(dir);
-      ShmCommunicator comm(options_for(1), store);
-      comm.barrier();
-      raise(SIGKILL);  // before the destructor could mark us as departed
-    } catch (...) {
-      _exit(2);
+  for (size_t count : {size_t{1000}, size_t{4} << 20}) {
+    char dir_template[] = "/tmp/hvd-test-XXXXXX";
+    std::string dir = mkdtemp(dir_template);
+    std::string key = "killed-" + random_hex(8);
+    auto options_for = [&](int member) {
+      CommOptions options;
+      options.key = key;
+      options.rank = member;
+      options.global_ranks = {0, 1};
+      options.hosts = {"h", "h"};
+      options.timeout_seconds = 30.0;
+      return options;
+    };
+    pid_t child = fork();
+    if (child == 0) {
+      // A member that vanishes without any cleanup, as after SIGKILL / OOM.
+      try {
+        hvd_test::FileStore store(dir);
+        ShmCommunicator comm(options_for(1), store);
+        comm.barrier();
+        raise(SIGKILL);  // before the destructor could mark us as departed
+      } catch (...) {
+        _exit(2);
+      }
+      _exit(3);
     }
-    _exit(3);
+    hvd_test::FileStore store(dir);
+    ShmCommunicator comm(options_for(0), store);
+    comm.barrier();
+    std::vector<float> data(count, 1.0f);
+    auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      comm.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == ErrorCode::kInternal);
+      message = e.what();
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    std::string cleanup = "rm -rf " + dir;
+    EXPECT_TRUE(std::system(cleanup.c_str()) == 0);
+    if (message.find("pid " + std::to_string(child)) == std::string::npos) {
+      ::hvd_test::fail(__FILE__, __LINE__, "error does not name the dead pid: " + message);
+    }
+    EXPECT_TRUE(seconds_since(start) < 2.0);
   }
-  hvd_test::FileStore store(dir);
-  ShmCommunicator comm(options_for(0), store);
-  comm.barrier();
-  std::vector<float> data(1000, 1.0f);
-  auto start = std::chrono::steady_clock::now();
-  std::string message;
-  try {
-    comm.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.code() == ErrorCode::kInternal);
-    message = e.what();
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  std::string cleanup = "rm -rf " + dir;
-  EXPECT_TRUE(std::system(cleanup.c_str()) == 0);
-  if (message.find("pid " + std::to_string(child)) == std::string::npos) {
-    ::hvd_test::fail(__FILE__, __LINE__, "error does not name the dead pid: " + message);
-  }
-  EXPECT_TRUE(seconds_since(start) < 2.0);
 }
 
 namespace {

@@ -34,6 +34,25 @@ def test_allreduce_applies_scale_factors_in_place_and_async(np_, path):
         assert all(res.values()), res
 
 
+# Host allreduces of 2 MiB up to 32 MiB among ranks that spin go through the
+# shm transport's single-copy reduce-scatter + allgather (spinning forced, so
+# that P=3 takes that path on 2 CPUs too), or its slots when a rank may not
+# read the others' memory ("deny-for-tests": the first such call
+# falls back on every rank together). Every rank must hold the reference, and
+# the very same bytes as every other rank.
+LARGE_ALLREDUCE_KNOBS = {"default": {"HOROVOD_SPIN_WAIT": "1"},
+                         "shm_read_denied": {"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": "deny-for-tests"}}
+
+
+@pytest.mark.parametrize("np_, knobs", [(2, "default"), (3, "default"), (3, "shm_read_denied")])
+def test_large_allreduce_every_dtype_and_op_matches_reference_on_every_rank(np_, knobs):
+    results = ranks.run_program_ok(np_, "collectives:large_allreduce_every_dtype_and_op", timeout=180,
+                                   env=LARGE_ALLREDUCE_KNOBS[knobs])
+    for rank, (failures, digests) in enumerate(results):
+        assert failures == [], "rank %d: wrong large allreduce results for %s" % (rank, failures)
+        assert digests == results[0][1], "rank %d holds other bytes than rank 0" % rank
+
+
 KNOBS = {
     "small_fusion_buffer": {"HOROVOD_FUSION_THRESHOLD": "4096"},
     "no_fusion": {"HOROVOD_FUSION_THRESHOLD": "0"},

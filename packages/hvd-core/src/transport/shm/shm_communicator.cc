@@ -78,6 +78,24 @@ constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 // pieces) the two paths took the same time, and below that the slot path
 // needs one barrier where this one needs two.
 constexpr size_t kSingleCopyMinBytes = 128 * 1024;
+// An allreduce of [kSingleCopyAllreduceMinBytes, kSingleCopyAllreduceMaxBytes)
+// among members that spin is a reduce-scatter plus an allgather that read
+// the other members' buffers out of their processes (allreduce_single_copy):
+// three barriers instead of one per slot-sized chunk, but process_vm_readv
+// copies at well under half memcpy's speed on the VM this was measured on
+// (its page pinning), so the slots' extra in-cache copies are cheaper
+// except in between. Measured at P=2 on a 2-CPU VM, shm_allreduce_bench,
+// five interleaved rounds (docs/benchmarks.md): slots / single copy 1 MiB
+// 0.17 / 0.23 ms, 2 MiB 0.37 / 0.34, 4 MiB 0.74 / 0.62, 16 MiB 3.0 / 2.5,
+// 32 MiB 6.1 / 6.4, 64 MiB 14.2 / 17.0 ms (from 32 MiB the single copy's
+// extra trip to memory, reading the reduced shares back, costs more than
+// the barriers it saves). Members that outnumber the CPUs keep to the slots:
+// there the slots are 1 MiB and the single copy gained nothing at P=4.
+constexpr size_t kSingleCopyAllreduceMinBytes = 2 * 1024 * 1024;
+constexpr size_t kSingleCopyAllreduceMaxBytes = 32 * 1024 * 1024;
+// What allreduce_single_copy reduces at a time: each other member's part of
+// it is read into scratch that stays in the L2 cache for the reduction.
+constexpr size_t kSingleCopyReduceChunkBytes = 256 * 1024;
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
 
 using Clock = std::chrono::steady_clock;
@@ -148,8 +166,11 @@ struct alignas(64) ShmMemberState {
   std::atomic<uint32_t> departed;
   std::atomic<uint64_t> pid_namespace;
   std::atomic<uint64_t> scratch[2];  // for max_over_members, double-buffered like the slots
-  std::atomic<uint64_t> gather_address;  // single-copy allgatherv: where this member's piece is
-  std::atomic<uint32_t> gather_failed;   // single-copy allgatherv: could not read some piece
+  // Single-copy collectives: where this member's input and output are, and
+  // whether it failed to read some other member's memory.
+  std::atomic<uint64_t> single_copy_input;
+  std::atomic<uint64_t> single_copy_output;
+  std::atomic<uint32_t> single_copy_failed;
   char abort_reason[kAbortReasonBytes];
 };
 
@@ -158,6 +179,10 @@ struct ShmArenaHeader {
   uint32_t size;
   uint32_t slot_bytes;
   uint32_t single_copy;  // member 0's HVD_SHM_SINGLE_COPY, which every member follows (2: deny-for-tests)
+  // Whether member 0 spins (members no more than CPUs), which decides for
+  // every member whether large allreduces may be single-copy: spin_ itself
+  // may differ between members (their CPU affinity).
+  uint32_t members_spin;
   alignas(64) std::atomic<uint32_t> arrived_count;
   alignas(64) std::atomic<uint32_t> generation;
   std::atomic<uint32_t> sleepers;
@@ -335,6 +360,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                            : std::strcmp(single_copy, "0") == 0                ? 0
                            : std::strcmp(single_copy, "deny-for-tests") == 0 ? 2
                                                                                : 1;
+    header_->members_spin = spin_ ? 1 : 0;
     ShmMemberState* members = member_states(header_);
     for (int m = 0; m < size_; ++m) new (&members[m]) ShmMemberState();
     for (int m = 0; m < size_; ++m) new (lane(m)) LaneArea();
@@ -346,8 +372,10 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                                           "HVD_SHM_SLOT_BYTES on member 0)");
   }
   single_copy_ = header_->single_copy != 0;
+  single_copy_allreduce_ = header_->members_spin != 0;
   lane_seen_.resize(static_cast<size_t>(size_));
   lane_inputs_.resize(static_cast<size_t>(size_));
+  single_copy_sources_.resize(static_cast<size_t>(size_));
   deny_single_copy_ = header_->single_copy == 2 && rank_ != 0;
   member_states(header_)[rank_].pid_namespace.store(pid_namespace_id());
   member_states(header_)[rank_].pid.store(static_cast<int32_t>(getpid()));
@@ -558,8 +586,93 @@ bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t c
   if (bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) {
     allreduce_small(in, out, count, dtype, op);
   } else {
-    allreduce_pipelined(in, out, count, dtype, op);
+    const bool single_copy = single_copy_ && single_copy_allreduce_ && bytes >= kSingleCopyAllreduceMinBytes &&
+                             bytes < kSingleCopyAllreduceMaxBytes;
+    if (!(single_copy && allreduce_single_copy(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(out),
+                                               count, dtype, op))) {
+      allreduce_pipelined(in, out, count, dtype, op);
+    }
   }
+  return true;
+}
+
+// Member m reduces share m of the whole buffer, reading the other members'
+// share m straight out of their inputs (reduce-scatter), then reads every
+// other member's reduced share out of its output (allgather).
+//
+// Why this is safe in place (in == out on some or all members): in phase 1
+// member m writes only share m of its own buffer, and reads only share m of
+// the others', which they do not write in phase 1 (each writes its own
+// share); its own share m it reads only itself, as the first source of the
+// reduction, which reduce_many allows to alias the destination. Phase 2
+// writes every other share of our buffer; the others read those shares of
+// our input in phase 1, hence the barrier between the phases. In phase 2
+// member m reads share p of member p's output, which p never writes in
+// phase 2; the last barrier keeps it unchanged (and allocated) until every
+// member has read it.
+bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count,
+                                            DataType dtype, ReduceOp op) {
+  ShmMemberState* members = member_states(header_);
+  members[rank_].single_copy_input.store(reinterpret_cast<uint64_t>(input), std::memory_order_relaxed);
+  members[rank_].single_copy_output.store(reinterpret_cast<uint64_t>(output), std::memory_order_relaxed);
+  step_barrier("allreduce");
+  if (!single_copy_proven_) {
+    // Find out whether we may read the others' memory before anyone writes
+    // its output: in place, a member that had reduced its share could not
+    // fall back to the slots (its input would be gone).
+    int error = 0;
+    unsigned char probe = 0;
+    for (int m = 0; m < size_ && error == 0; ++m) {
+      if (m == rank_) continue;
+      error = read_member_memory(m, members[m].single_copy_input.load(std::memory_order_relaxed), &probe, 1);
+    }
+    if (!agree_on_single_copy(error, "allreduce")) return false;
+    // Not set by a successful allgather: there a member reads nothing from
+    // members whose pieces are empty, which proves nothing.
+    single_copy_proven_ = true;
+  }
+  const size_t esize = dtype_size(dtype);
+  // Shares start on cache lines, like the slots' (allreduce_pipelined).
+  const size_t share_elems = align_up((count + size_ - 1) / size_, std::max<size_t>(1, 64 / esize));
+  auto share_begin = [&](int member) { return std::min(count, share_elems * static_cast<size_t>(member)); };
+  auto share_end = [&](int member) { return std::min(count, share_begin(member) + share_elems); };
+  // After the probe a read can only fail when a member died or left (or on a
+  // bug): we may already have written our output, so there is no falling
+  // back; fail, which stops every member.
+  auto read_or_fail = [&](int member, uint64_t remote, unsigned char* dst, size_t bytes) {
+    int error = read_member_memory(member, remote, dst, bytes);
+    if (error == 0) return;
+    check_peers(UINT64_MAX, "allreduce");  // the usual error for a dead or departed member
+    fail("allreduce", "cannot read the buffer of " + member_name(member) + " (" + std::strerror(error) + ")");
+  };
+
+  const size_t chunk_elems = std::max<size_t>(1, kSingleCopyReduceChunkBytes / esize);
+  const size_t chunk_bytes = chunk_elems * esize;
+  if (single_copy_scratch_.size() < chunk_bytes * (size_ - 1)) single_copy_scratch_.resize(chunk_bytes * (size_ - 1));
+  std::vector<const void*>& srcs = single_copy_sources_;
+  for (size_t first = share_begin(rank_); first < share_end(rank_); first += chunk_elems) {
+    const size_t n = std::min(chunk_elems, share_end(rank_) - first);
+    // Our own input first, then the others in member order: the order
+    // allreduce_pipelined reduces in.
+    srcs[0] = input + first * esize;  // may alias the destination
+    unsigned char* scratch = single_copy_scratch_.data();
+    int next = 1;
+    for (int m = 0; m < size_; ++m) {
+      if (m == rank_) continue;
+      const uint64_t remote = members[m].single_copy_input.load(std::memory_order_relaxed) + first * esize;
+      read_or_fail(m, remote, scratch, n * esize);
+      srcs[next++] = scratch;
+      scratch += chunk_bytes;
+    }
+    reduce_many(output + first * esize, srcs.data(), size_, n, dtype, op);
+  }
+  step_barrier("allreduce");
+  for (int m = 0; m < size_; ++m) {
+    if (m == rank_ || share_end(m) <= share_begin(m)) continue;
+    read_or_fail(m, members[m].single_copy_output.load(std::memory_order_relaxed) + share_begin(m) * esize,
+                 output + share_begin(m) * esize, (share_end(m) - share_begin(m)) * esize);
+  }
+  step_barrier("allreduce");
   return true;
 }
 
@@ -725,56 +838,62 @@ void ShmCommunicator::allgatherv(const void* in, void* out, const std::vector<si
   }
 }
 
+int ShmCommunicator::read_member_memory(int member, uint64_t remote, unsigned char* dst, size_t bytes) const {
+  if (deny_single_copy_) return EPERM;
+  ShmMemberState* members = member_states(header_);
+  // Every member has attached by the time anyone reads, so every pid is
+  // recorded. A pid means something to us only inside our own PID namespace.
+  const uint64_t namespace_id = members[rank_].pid_namespace.load();
+  if (namespace_id == 0 || members[member].pid_namespace.load() != namespace_id) return ESRCH;
+  const pid_t pid = members[member].pid.load();
+  while (bytes > 0) {
+    iovec local_iov{dst, bytes};
+    iovec remote_iov{reinterpret_cast<void*>(remote), bytes};
+    ssize_t got = process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0);
+    if (got <= 0) return got < 0 ? errno : EIO;
+    dst += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return 0;
+}
+
+bool ShmCommunicator::agree_on_single_copy(int error, const char* op) {
+  ShmMemberState* members = member_states(header_);
+  members[rank_].single_copy_failed.store(error == 0 ? 0 : 1, std::memory_order_relaxed);
+  step_barrier(op);
+  bool any_failed = false;
+  for (int m = 0; m < size_; ++m) any_failed |= members[m].single_copy_failed.load(std::memory_order_relaxed) != 0;
+  if (!any_failed) return true;
+  // Every member sees the same flags, so all of them switch to the slots
+  // together, for this call and the rest.
+  single_copy_ = false;
+  if (error != 0) {
+    HVD_LOG(kInfo, "shm: " << member_name(rank_) << " cannot read the other members' memory ("
+                           << std::strerror(error) << "); large allgathers and allreduces go through the "
+                           << "shared-memory slots");
+  }
+  return false;
+}
+
 bool ShmCommunicator::allgatherv_single_copy(const unsigned char* input, unsigned char* output,
                                              const std::vector<size_t>& bytes_per_rank,
                                              const std::vector<size_t>& offsets) {
   ShmMemberState* members = member_states(header_);
-  members[rank_].gather_address.store(reinterpret_cast<uint64_t>(input), std::memory_order_relaxed);
+  members[rank_].single_copy_input.store(reinterpret_cast<uint64_t>(input), std::memory_order_relaxed);
   step_barrier("allgatherv");
-  // Every member has attached by now, so every pid is recorded. A pid means
-  // something to us only inside our own PID namespace.
-  const uint64_t namespace_id = members[rank_].pid_namespace.load();
-  int error = deny_single_copy_ ? EPERM : 0;
+  int error = 0;
   for (int m = 0; m < size_ && error == 0; ++m) {
     if (m == rank_ || bytes_per_rank[m] == 0) continue;
-    const pid_t pid = members[m].pid.load();
-    if (namespace_id == 0 || members[m].pid_namespace.load() != namespace_id) {
-      error = ESRCH;
-      break;
-    }
-    uint64_t remote = members[m].gather_address.load(std::memory_order_relaxed);
-    unsigned char* dst = output + offsets[m];
-    size_t left = bytes_per_rank[m];
-    while (left > 0) {
-      iovec local_iov{dst, left};
-      iovec remote_iov{reinterpret_cast<void*>(remote), left};
-      ssize_t got = process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0);
-      if (got <= 0) {
-        error = got < 0 ? errno : EIO;
-        break;
-      }
-      dst += got;
-      remote += static_cast<uint64_t>(got);
-      left -= static_cast<size_t>(got);
-    }
+    error = read_member_memory(m, members[m].single_copy_input.load(std::memory_order_relaxed), output + offsets[m],
+                               bytes_per_rank[m]);
   }
   // Our own piece may already be in place (in == out + offset).
   unsigned char* own = output + offsets[rank_];
   if (error == 0 && bytes_per_rank[rank_] > 0 && own != input) std::memcpy(own, input, bytes_per_rank[rank_]);
-  members[rank_].gather_failed.store(error == 0 ? 0 : 1, std::memory_order_relaxed);
-  // Nobody may change or free its piece until everyone has read it.
-  step_barrier("allgatherv");
-  bool any_failed = false;
-  for (int m = 0; m < size_; ++m) any_failed |= members[m].gather_failed.load(std::memory_order_relaxed) != 0;
-  if (!any_failed) return true;
-  // Every member sees the same flags, so all of them switch to the slots
-  // together, for this call (which rewrites the whole output) and the rest.
-  single_copy_ = false;
-  if (error != 0) {
-    HVD_LOG(kInfo, "shm: " << member_name(rank_) << " cannot read the other members' memory ("
-                           << std::strerror(error) << "); large allgathers go through the shared-memory slots");
-  }
-  return false;
+  // The barrier inside also keeps every piece unchanged and allocated until
+  // everyone has read it. On failure the caller rewrites the whole output.
+  return agree_on_single_copy(error, "allgatherv");
 }
 
 void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {

@@ -85,6 +85,19 @@ class ShmCommunicator : public Communicator {
   // member could not, after which the communicator keeps to the slots.
   bool allgatherv_single_copy(const unsigned char* input, unsigned char* output,
                               const std::vector<size_t>& bytes_per_rank, const std::vector<size_t>& offsets);
+  // allreduce as a reduce-scatter and an allgather that read the other
+  // members' input and output out of their processes; false, with nothing
+  // written, when some member may not read the others' memory, after which
+  // the communicator keeps to the slots.
+  bool allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count, DataType dtype,
+                             ReduceOp op);
+  // Copies `bytes` from address `remote` of `member`'s process into `dst`;
+  // 0, or the errno that says why not.
+  int read_member_memory(int member, uint64_t remote, unsigned char* dst, size_t bytes) const;
+  // Every member says whether its reads failed (`error`, 0 for none), then
+  // a step barrier; true when none did. Otherwise every member turns
+  // single-copy collectives off for good, all at the same call.
+  bool agree_on_single_copy(int error, const char* op);
   struct LaneArea;
   LaneArea* lane(int member) const;
   // Waits up to `until` for every member to have completed lane_completed_
@@ -106,7 +119,16 @@ class ShmCommunicator : public Communicator {
   uint64_t step_ = 0;        // steps completed by this member (same on every member)
   bool spin_ = true;         // false when members outnumber cores
   bool deny_single_copy_ = false;  // HVD_SHM_SINGLE_COPY=deny-for-tests on a member other than 0
-  bool single_copy_ = true;  // large allgathers read peers' memory (member 0's HVD_SHM_SINGLE_COPY=0: never)
+  // Large allgathers and allreduces read peers' memory (member 0's
+  // HVD_SHM_SINGLE_COPY=0: never).
+  bool single_copy_ = true;
+  // Large allreduces may read peers' memory (member 0 spins; see kSingleCopyAllreduceMinBytes).
+  bool single_copy_allreduce_ = true;
+  // A single-copy allreduce's first read succeeded on every member: later
+  // ones need not try first (the same on every member).
+  bool single_copy_proven_ = false;
+  std::vector<unsigned char> single_copy_scratch_;  // allreduce_single_copy: the others' chunks
+  std::vector<const void*> single_copy_sources_;    // allreduce_single_copy: one entry per member
   std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(200);
   std::atomic<bool> local_abort_{false};
 };

@@ -79,6 +79,53 @@ def allreduce_every_dtype_and_op():
     return failures
 
 
+def large_allreduce_every_dtype_and_op():
+    """Allreduces of 2 MiB (on one host: the shm transport's single-copy
+    reduce-scatter + allgather, or its slots), every dtype and op, in place
+    and out of place in turn, with an element count the ranks do not divide
+    evenly, plus scale factors. Returns (failures, {case: sha256 of the
+    result}) so the test can check that every rank holds the same bytes."""
+    import hashlib
+
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures, digests = [], {}
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
+    for name in DTYPES:
+        count = (2 << 20) // dt(name).itemsize + 7
+        inputs = [make(r, (count,), name) for r in range(size)]
+        wide = [x.astype(np.float64) for x in inputs]
+        for opname, op in ops.items():
+            if name == "bool" and opname == "Average":
+                continue
+            if name == "bool":
+                ref = {"Sum": np.logical_or.reduce(inputs), "Min": np.logical_and.reduce(inputs),
+                       "Max": np.logical_or.reduce(inputs), "Product": np.logical_and.reduce(inputs)}[opname]
+            else:
+                ref = {"Sum": np.sum(wide, 0), "Min": np.min(wide, 0), "Max": np.max(wide, 0),
+                       "Product": np.prod(wide, 0), "Average": np.sum(wide, 0) / size}[opname]
+                if opname == "Average" and not name.startswith("float") and name != "bfloat16":
+                    ref = np.trunc(ref)
+                ref = ref.astype(dt(name))
+            in_place = len(digests) % 2 == 1
+            case = "%s.%s.%s" % (name, opname, "in_place" if in_place else "out_of_place")
+            if in_place:
+                out = inputs[rank].copy()
+                hvd.allreduce_(out, op=op, name="large." + case)
+            else:
+                out = hvd.allreduce(inputs[rank], op=op, name="large." + case)
+            if out.dtype != dt(name) or not close(out, ref, name):
+                failures.append(case)
+            digests[case] = hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()
+    # The executor scales before and after the transport's plain reduction.
+    x = make(rank, ((2 << 20) // 4 + 7,), "float32")
+    total = np.sum([make(r, x.shape, "float32").astype(np.float64) for r in range(size)], 0)
+    scaled = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="large.scaled")
+    if not close(scaled, total * 1.5, "float32"):
+        failures.append("float32.Sum.scaled")
+    return failures, digests
+
+
 def large_allreduce_results_come_from_the_pool():
     """Out-of-place allreduces of 1 MiB and more, whose results the core
     allocates (from its pool of reused blocks) and numpy wraps: every dtype
