@@ -124,10 +124,11 @@ def every_collective_check():
     except ValueError:
         pass
 
-    # --- large out-of-place allreduces (1 MiB and more): the engine allocates
-    # the result from its pool of reused blocks and torch takes it over
+    # --- large out-of-place allreduces: the engine allocates the result
+    # from its pool of reused blocks and torch takes it over
+    from horovod.common.engine_calls import ENGINE_ALLOCATED_ALLREDUCE_BYTES as large
     for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool):
-        shape = (1025, (1 << 20) // 1024 // torch.tensor([], dtype=dtype).element_size() + 3)
+        shape = (1025, large // 1024 // torch.tensor([], dtype=dtype).element_size() + 3)
         inputs = [make(r, shape, dtype) for r in range(size)]
         for opname in ("Sum", "Max"):
             mine = inputs[rank].clone()
@@ -136,8 +137,8 @@ def every_collective_check():
                    "%s %s" % (dtype, opname))
             expect("allreduce_large", torch.equal(mine, inputs[rank]) and out.data_ptr() != mine.data_ptr(),
                    "input modified or shared")
-    big = make(rank, (512, 1024), torch.float32)
-    big_sum = reference([make(r, (512, 1024), torch.float32) for r in range(size)], "Sum", torch.float32)
+    big = make(rank, (large // 4096, 1024), torch.float32)
+    big_sum = reference([make(r, big.shape, torch.float32) for r in range(size)], "Sum", torch.float32)
     first = hvd.allreduce(big, op=hvd.Sum, name="large.reuse")
     address = first.data_ptr()
     first.fill_(-1.0)

@@ -11,9 +11,9 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.engine_calls import (POOLED_RESULT_BYTES, HandleManager, TensorDesc, call_sync, full_name,
-                                         group_tensor_names, owned_result_memory, received_splits, result, run_sync,
-                                         sync_template)
+from horovod.common.engine_calls import (ENGINE_ALLOCATED_ALLREDUCE_BYTES, HandleManager, TensorDesc, call_sync,
+                                         full_name, group_tensor_names, owned_result_memory, received_splits, result,
+                                         run_sync, sync_template)
 from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of
@@ -169,9 +169,9 @@ def _owned_result_to_numpy(c_handle, index, dtype):
 def _result_from_pool(tensor):
     """Whether an out-of-place allreduce of `tensor` should let the engine
     allocate its result (from its pool of reused blocks; see
-    engine_calls.POOLED_RESULT_BYTES) instead of a new array."""
+    engine_calls.ENGINE_ALLOCATED_ALLREDUCE_BYTES) instead of a new array."""
     return (type(tensor) is np.ndarray and tensor.flags.c_contiguous
-            and tensor.nbytes >= POOLED_RESULT_BYTES)
+            and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES)
 
 
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,

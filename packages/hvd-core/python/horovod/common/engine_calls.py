@@ -12,14 +12,17 @@ import time
 
 from horovod.common import c_api
 
-__all__ = ["POOLED_RESULT_BYTES", "TensorDesc", "enqueue", "HandleManager", "full_name", "group_tensor_names",
-           "copy_owned_result", "adopt_owned_result", "owned_result_memory", "received_splits"]
+__all__ = ["ENGINE_ALLOCATED_ALLREDUCE_BYTES", "TensorDesc", "enqueue", "HandleManager", "full_name",
+           "group_tensor_names", "copy_owned_result", "adopt_owned_result", "owned_result_memory", "received_splits"]
 
-# Results the engine allocates from this size up come from its pool of reused
-# blocks (HostResultPool::kMinPooledBytes): out-of-place allreduces this large
-# let the engine allocate their result rather than writing into a new array,
-# whose first touch of every page costs about as much as the reduction itself.
-POOLED_RESULT_BYTES = 1 << 20
+# Out-of-place allreduces from this size up let the engine allocate their
+# result, from its pool of reused blocks (HostResultPool), instead of writing
+# into a new array: once a new array is fresh pages (from 32 MiB malloc always
+# maps new memory), faulting them in costs about as much as the reduction
+# (P=2, 32 MiB: 9.4 ms instead of 13-21 ms). The engine-allocated path costs
+# some 50-90 us more per call in Python and handle work, so below 4 MiB
+# (1 MiB: +90 us) the new array is cheaper; 4-16 MiB measured even.
+ENGINE_ALLOCATED_ALLREDUCE_BYTES = 4 << 20
 
 
 # Byte layouts of the C ABI structs on LP64 (checked against the header by

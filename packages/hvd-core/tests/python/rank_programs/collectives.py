@@ -127,21 +127,23 @@ def large_allreduce_every_dtype_and_op():
 
 
 def large_allreduce_results_come_from_the_pool():
-    """Out-of-place allreduces of 1 MiB and more, whose results the core
-    allocates (from its pool of reused blocks) and numpy wraps: every dtype
-    and op against the reference, the input left alone, results writable and
-    independent of later calls that reuse freed blocks, scale factors, the
-    asynchronous form, and one just below the size that gives the core the
-    allocation. Returns the failures."""
+    """Out-of-place allreduces of ENGINE_ALLOCATED_ALLREDUCE_BYTES and more,
+    whose results the core allocates (from its pool of reused blocks) and
+    numpy wraps: dtypes and ops against the reference, the input left alone,
+    results writable and independent of later calls that reuse freed blocks,
+    scale factors, the asynchronous form, and one just below the size that
+    gives the core the allocation. Returns the failures."""
     import gc
+
+    from horovod.common.engine_calls import ENGINE_ALLOCATED_ALLREDUCE_BYTES as large
 
     hvd.init()
     size, rank = hvd.size(), hvd.rank()
     failures = []
     ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Average": hvd.Average}
     kept = []
-    for name in DTYPES:
-        shape = (1025, (1 << 20) // 1024 // dt(name).itemsize + 3)  # >= 1 MiB, not a power of two
+    for name in [n for n in DTYPES if n in ("bool", "int8", "int64", "float16", "bfloat16", "float32", "float64")]:
+        shape = (1025, large // 1024 // dt(name).itemsize + 3)  # above the size, not a power of two
         inputs = [make(r, shape, name) for r in range(size)]
         wide = np.stack([x.astype(np.float64) for x in inputs])
         for opname, op in ops.items():
@@ -168,8 +170,8 @@ def large_allreduce_results_come_from_the_pool():
                 kept.append((out, ref, name))
     # A freed result's block is handed out again; scribbling on a result or
     # freeing it changes no other result.
-    x = make(rank, (512, 1024), "float32")
-    total = sum(make(r, (512, 1024), "float32").astype(np.float64) for r in range(size)).astype(np.float32)
+    x = make(rank, (large // 4096, 1024), "float32")
+    total = sum(make(r, x.shape, "float32").astype(np.float64) for r in range(size)).astype(np.float32)
     first = hvd.allreduce(x, op=hvd.Sum, name="reuse")
     address = first.ctypes.data
     first[:] = -1.0
@@ -198,8 +200,8 @@ def large_allreduce_results_come_from_the_pool():
     for i, h in enumerate(handles):
         if not close(hvd.synchronize(h), total * (i + 1), "float32"):
             failures.append(["async", i])
-    small = make(rank, (1023, 256), "float32")  # 4 bytes short of 1 MiB: a new array
-    small_total = sum(make(r, (1023, 256), "float32").astype(np.float64) for r in range(size))
+    small = make(rank, (large // 4 - 1,), "float32")  # 4 bytes short: a new array
+    small_total = sum(make(r, small.shape, "float32").astype(np.float64) for r in range(size))
     if not close(hvd.allreduce(small, op=hvd.Sum, name="small"), small_total, "float32"):
         failures.append(["below the pool size"])
     for out, ref, name in kept:

@@ -20,7 +20,7 @@ from horovod.common import c_api
 from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.engine_calls import POOLED_RESULT_BYTES, call_sync, sync_template, thread_sync
+from horovod.common.engine_calls import ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync, sync_template, thread_sync
 from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
                                     received_splits, result, run_sync)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -186,9 +186,9 @@ _POINTER_PACK = struct.Struct("<Q").pack_into
 def _result_from_pool(tensor):
     """Whether an out-of-place allreduce of `tensor` should let the engine
     allocate its result (from the pool of reused blocks; see
-    horovod.common.engine_calls.POOLED_RESULT_BYTES) instead of a new tensor."""
+    horovod.common.engine_calls.ENGINE_ALLOCATED_ALLREDUCE_BYTES) instead of a new tensor."""
     return (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()
-            and tensor.numel() * tensor.element_size() >= POOLED_RESULT_BYTES)
+            and tensor.numel() * tensor.element_size() >= ENGINE_ALLOCATED_ALLREDUCE_BYTES)
 
 
 def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
