@@ -95,6 +95,9 @@ def main():
                                        named_parameters=grp_model.named_parameters(), groups=args.groups or None)
     ddp_model = torch.nn.parallel.DistributedDataParallel(build_model(torch, args))
     ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    # No communication at all: the floor any data-parallel step can reach here.
+    local_model = build_model(torch, args)
+    local_opt = torch.optim.SGD(local_model.parameters(), lr=0.01)
 
     def step(model, opt):
         opt.zero_grad()
@@ -112,13 +115,14 @@ def main():
         return (time.perf_counter() - t0) / args.steps
 
     # Interleaved rounds so that machine noise hits both methods alike.
-    hvd_times, tensor_times, grp_times, ddp_times = [], [], [], []
+    hvd_times, tensor_times, grp_times, ddp_times, local_times = [], [], [], [], []
     for _ in range(args.rounds):
         hvd_times.append(timed(hvd_model, hvd_opt))
         tensor_times.append(timed(tensor_model, tensor_opt))
         if args.groups:
             grp_times.append(timed(grp_model, grp_opt))
         ddp_times.append(timed(ddp_model, ddp_opt))
+        local_times.append(timed(local_model, local_opt))
 
     # Same start, same data, same averaged gradients: the two must agree.
     diff = max((a - b).abs().max().item() for m in (hvd_model, tensor_model)
@@ -160,6 +164,9 @@ def main():
             gm = statistics.median(grp_times) * 1e3
             print("| training step, DistributedOptimizer(groups=%d) (ms) | %.2f | %.2f | %.2f |"
                   % (args.groups, gm, d, gm / d))
+        lm = statistics.median(local_times) * 1e3
+        print("| training step without communication (plain SGD, each rank alone) (ms) | %.2f | %.2f | %.2f |"
+              % (lm, d, lm / d))
         print("| 4-byte allreduce, median (us) | %.1f | %.1f | %.2f |" % (hvd_lat, gloo_lat, hvd_lat / gloo_lat))
         print("| 4-byte allreduce_ (in place), median (us) | %.1f | | |" % hvd_lat_inplace)
         print("max |param difference| hvd vs DDP after the same number of identical steps: %.2e" % diff)
