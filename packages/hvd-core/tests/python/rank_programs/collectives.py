@@ -49,6 +49,22 @@ def close(a, b, name):
     return np.array_equal(a, b)
 
 
+def reference(inputs, opname, name):
+    """What an allreduce of every rank's `inputs` gives: bools reduce
+    logically, integers average with truncation, all in float64 first."""
+    if name == "bool":
+        logical = np.logical_and if opname in ("Min", "Product") else np.logical_or
+        return logical.reduce(inputs)
+    wide = np.stack([x.astype(np.float64) for x in inputs])
+    if opname == "Average":
+        ref = wide.sum(0) / len(inputs)
+    else:
+        ref = {"Sum": np.sum, "Min": np.min, "Max": np.max, "Product": np.prod}[opname](wide, 0)
+    if opname == "Average" and not name.startswith("float") and name != "bfloat16":
+        ref = np.trunc(ref)
+    return ref.astype(dt(name))
+
+
 def allreduce_every_dtype_and_op():
     """Returns the [dtype, op, shape] cases whose result differs from the reference."""
     hvd.init()
@@ -58,21 +74,12 @@ def allreduce_every_dtype_and_op():
     for name in DTYPES:
         for shape in [(1,), (7, 3), (1000,), (33, 31)]:
             inputs = [make(r, shape, name) for r in range(size)]
-            wide = [x.astype(np.float64) for x in inputs]
             for opname, op in ops.items():
                 if name == "bool" and opname in ("Average",):
                     continue
                 if opname == "Product" and name not in ("bool",) and shape == (33, 31):
                     continue
-                if name == "bool":
-                    ref = {"Sum": np.logical_or.reduce(inputs), "Min": np.logical_and.reduce(inputs),
-                           "Max": np.logical_or.reduce(inputs), "Product": np.logical_and.reduce(inputs)}[opname]
-                else:
-                    ref = {"Sum": np.sum(wide, 0), "Min": np.min(wide, 0), "Max": np.max(wide, 0),
-                           "Product": np.prod(wide, 0), "Average": np.sum(wide, 0) / size}[opname]
-                    if opname == "Average" and not name.startswith("float") and name != "bfloat16":
-                        ref = np.trunc(ref)
-                    ref = ref.astype(dt(name))
+                ref = reference(inputs, opname, name)
                 out = hvd.allreduce(inputs[rank], op=op, name="%s.%s.%s" % (name, opname, shape))
                 if out.dtype != dt(name) or not close(out, ref, name):
                     failures.append([name, opname, str(shape)])
@@ -94,19 +101,10 @@ def large_allreduce_every_dtype_and_op():
     for name in DTYPES:
         count = (2 << 20) // dt(name).itemsize + 7
         inputs = [make(r, (count,), name) for r in range(size)]
-        wide = [x.astype(np.float64) for x in inputs]
         for opname, op in ops.items():
             if name == "bool" and opname == "Average":
                 continue
-            if name == "bool":
-                ref = {"Sum": np.logical_or.reduce(inputs), "Min": np.logical_and.reduce(inputs),
-                       "Max": np.logical_or.reduce(inputs), "Product": np.logical_and.reduce(inputs)}[opname]
-            else:
-                ref = {"Sum": np.sum(wide, 0), "Min": np.min(wide, 0), "Max": np.max(wide, 0),
-                       "Product": np.prod(wide, 0), "Average": np.sum(wide, 0) / size}[opname]
-                if opname == "Average" and not name.startswith("float") and name != "bfloat16":
-                    ref = np.trunc(ref)
-                ref = ref.astype(dt(name))
+            ref = reference(inputs, opname, name)
             in_place = len(digests) % 2 == 1
             case = "%s.%s.%s" % (name, opname, "in_place" if in_place else "out_of_place")
             if in_place:
@@ -145,19 +143,10 @@ def large_allreduce_results_come_from_the_pool():
     for name in [n for n in DTYPES if n in ("bool", "int8", "int64", "float16", "bfloat16", "float32", "float64")]:
         shape = (1025, large // 1024 // dt(name).itemsize + 3)  # above the size, not a power of two
         inputs = [make(r, shape, name) for r in range(size)]
-        wide = np.stack([x.astype(np.float64) for x in inputs])
         for opname, op in ops.items():
             if name == "bool" and opname == "Average":
                 continue
-            if name == "bool":
-                reduce = np.logical_and if opname == "Min" else np.logical_or
-                ref = reduce.reduce(np.stack(inputs))
-            else:
-                ref = {"Sum": wide.sum(0), "Min": wide.min(0), "Max": wide.max(0),
-                       "Average": wide.sum(0) / size}[opname]
-                if opname == "Average" and not name.startswith("float") and name != "bfloat16":
-                    ref = np.trunc(ref)
-                ref = ref.astype(dt(name))
+            ref = reference(inputs, opname, name)
             mine = inputs[rank].copy()
             out = hvd.allreduce(mine, op=op, name="big.%s.%s" % (name, opname))
             if out.dtype != dt(name) or not out.flags.writeable or not out.flags.c_contiguous:
