@@ -87,6 +87,17 @@ def results_digest():
     return h.hexdigest()
 
 
+def lane_calls_of_small_allreduces(ps, tag, calls=200):
+    """How many of `calls` small synchronous allreduces on `ps` ran in the
+    same-host fast lane (which only sets whose ranks share a host have)."""
+    before = int(ps._info().fast_lane_calls)
+    x = np.ones(16, dtype=np.float32)
+    for _ in range(calls):
+        hvd.allreduce_(x, op=hvd.Max, name=f"{tag}.lane", process_set=ps)
+    expect(np.all(x == 1.0), f"{tag} small allreduces")
+    return int(ps._info().fast_lane_calls) - before
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--digest", action="store_true")
@@ -101,12 +112,17 @@ def main():
     spans = [hvd.add_process_set([0, size - 1])] if size > 2 else []
     if size >= 4:
         spans.append(hvd.add_process_set([1, 2]))
+    # Ranks 0 and 1, on the first host whenever it has two slots.
+    first_host = hvd.add_process_set([0, 1]) if size >= 4 else None
     check_collectives(hvd.global_process_set, "global")
     for i, ps in enumerate(spans):
         check_collectives(ps, f"set{i}")
     report = {"rank": hvd.rank(), "size": size, "host": socket.gethostname(),
               "local": [hvd.local_rank(), hvd.local_size()], "cross": [hvd.cross_rank(), hvd.cross_size()],
-              "env": {k: v for k, v in os.environ.items() if k.startswith("HVD_TEST_FORWARD")}}
+              "env": {k: v for k, v in os.environ.items() if k.startswith("HVD_TEST_FORWARD")},
+              "lane_calls": {"global": lane_calls_of_small_allreduces(hvd.global_process_set, "global")}}
+    if first_host is not None and hvd.rank() in (0, 1):
+        report["lane_calls"]["first_host"] = lane_calls_of_small_allreduces(first_host, "first_host")
     if args.digest:
         report["digest"] = results_digest()
         report["data_knobs"] = {k: v for k, v in os.environ.items() if k.startswith("HOROVOD_DATA_")}

@@ -79,7 +79,12 @@ def test_three_hosts_with_uneven_slots_from_a_hostfile(fake_hosts, tmp_path):
     hostfile.write_text("# one host with two slots, two with one\nfh1 slots=2\nfh2 slots=1\nfh3 slots=1\n")
     result = _run(["-np", 4, "--hostfile", hostfile, sys.executable, WORKER])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [r["host"] for r in _reports(result, 4)] == ["fh1", "fh1", "fh2", "fh3"]
+    reports = _reports(result, 4)
+    assert [r["host"] for r in reports] == ["fh1", "fh1", "fh2", "fh3"]
+    # The same-host fast lane serves a set whose ranks share a host, never one
+    # that spans hosts (its lane would be shared memory the hosts do not share).
+    assert all(r["lane_calls"]["global"] == 0 for r in reports), reports
+    assert all(r["lane_calls"]["first_host"] > 0 for r in reports[:2]), reports
 
 
 def test_the_launchers_machine_runs_a_rank_beside_remote_hosts(fake_hosts):
