@@ -124,6 +124,22 @@ def large_allreduce_every_dtype_and_op():
     return failures, digests
 
 
+def kept_results_survive_shutdown(kept):
+    """Checks that engine-allocated results still held ((result, expected,
+    dtype name) triples) kept their values through later calls and through
+    hvd.shutdown(), which empties the pool of freed blocks only; the results
+    can be freed after it. Returns the failures."""
+    failures = []
+    for out, want, name in kept:
+        if not close(out, want, name):
+            failures.append(["kept result changed", name])
+    hvd.shutdown()
+    for out, want, name in kept:
+        if not close(out, want, name):
+            failures.append(["result changed by shutdown", name])
+    return failures
+
+
 def large_allreduce_results_come_from_the_pool():
     """Out-of-place allreduces of ENGINE_ALLOCATED_ALLREDUCE_BYTES and more,
     whose results the core allocates (from its pool of reused blocks) and
@@ -193,13 +209,7 @@ def large_allreduce_results_come_from_the_pool():
     small_total = sum(make(r, small.shape, "float32").astype(np.float64) for r in range(size))
     if not close(hvd.allreduce(small, op=hvd.Sum, name="small"), small_total, "float32"):
         failures.append(["below the pool size"])
-    for out, ref, name in kept:
-        if not close(out, ref, name):
-            failures.append(["kept result changed", name])
-    hvd.shutdown()
-    for out, ref, name in kept:
-        if not close(out, ref, name):
-            failures.append(["result changed by shutdown", name])
+    failures += kept_results_survive_shutdown(kept)
     return failures
 
 
@@ -336,15 +346,7 @@ def large_allgather_results_are_owned_writable_and_independent():
     for case, out in enumerate(grouped):
         if not close(out, np.concatenate([part(r, case, "float32") for r in range(size)]), "float32"):
             failures.append(["grouped", case])
-    for out, want, name in kept:
-        if not close(out, want, name):
-            failures.append(["kept result changed", name])
-    # Results outlive the engine (shutdown empties the pool of freed blocks
-    # only) and can be freed after it.
-    hvd.shutdown()
-    for out, want, name in kept:
-        if not close(out, want, name):
-            failures.append(["result changed by shutdown", name])
+    failures += kept_results_survive_shutdown(kept)
     del kept, out
     gc.collect()
     return failures
