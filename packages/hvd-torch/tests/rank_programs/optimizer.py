@@ -305,6 +305,43 @@ def _gradient_buckets(done):
     done.append("buckets")
 
 
+def _bucket_bookkeeping_scales_with_parameters(done):
+    # 8c. the hooks and synchronize() find a parameter's bucket without hashing
+    # the bucket's members: a tuple key hashed every member on every lookup,
+    # O(parameters^2) Tensor.__hash__ calls a step (10 ms a step at 100 tensors)
+    if hvd.size() == 1:  # no hooks
+        done.append("bucket_bookkeeping")
+        return
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(30)])
+    n = len(list(model.parameters()))
+    x = torch.randn(2, 3)
+    for op in (hvd.Average, hvd.Adasum):
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                       named_parameters=model.named_parameters(), op=op)
+        _train_step(opt, model, [(x, torch.zeros(2, 3))])  # the first step may set things up
+        opt.zero_grad()
+        calls = [0]
+        plain_hash = torch.Tensor.__hash__
+
+        def counting_hash(t):
+            calls[0] += 1
+            return plain_hash(t)
+
+        torch.Tensor.__hash__ = counting_hash
+        try:
+            _train_step(opt, model, [(x, torch.zeros(2, 3))])
+        finally:
+            torch.Tensor.__hash__ = plain_hash
+        opt.zero_grad()
+        for h in opt._hook_handles:
+            h.remove()
+        # one bucket of n: about ten lookups per parameter (the wrapped
+        # optimizer's state among them), not n per lookup
+        assert 0 < calls[0] <= 20 * n, (op, calls[0], n)
+    done.append("bucket_bookkeeping")
+
+
 def _named_parameters_validation(done):
     # 9. named_parameters validation
     model = _make()
@@ -458,6 +495,7 @@ def every_optimizer_check():
     _unused_parameter(done)
     _sparse_gradients(done)
     _gradient_buckets(done)
+    _bucket_bookkeeping_scales_with_parameters(done)
     _named_parameters_validation(done)
     _adasum(done)
     _adam_keeps_replicas_identical(done)
