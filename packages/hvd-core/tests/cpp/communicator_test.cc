@@ -398,6 +398,42 @@ HVD_TEST(shm_allgatherv_single_copy_and_slots_give_the_same_bytes) {
   ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
+// Broadcasts from 4 MiB up are read straight out of the root's buffer
+// (process_vm_readv); with HVD_SHM_SINGLE_COPY=0 and when members other than
+// 0 may not read ("deny-for-tests", the first large call falls back on every
+// member together) they go through the slots. Every root, sizes that are no
+// multiple of a slot, back to back with small broadcasts: every member must
+// end with the root's bytes, and nothing past the end may change.
+HVD_TEST(shm_large_broadcast_single_copy_and_slots_give_the_root_bytes) {
+  for (const char* single_copy : {"1", "0", "deny-for-tests"}) {
+    ::setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);
+    for (int size : {2, 3}) {
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        for (int round = 0; round < 2 * size; ++round) {
+          const int root = round % size;
+          const size_t bytes = round % 2 ? 1000 + 7 * round : (size_t{4} << 20) + 4099 * round;
+          std::vector<unsigned char> buf(bytes + 1, 0xee);
+          for (size_t i = 0; i < bytes; ++i) {
+            buf[i] = me == root ? static_cast<unsigned char>(i * 31 + round) : static_cast<unsigned char>(me);
+          }
+          comm.broadcast(buf.data(), bytes, root);
+          for (size_t i = 0; i < bytes; ++i) {
+            if (buf[i] != static_cast<unsigned char>(i * 31 + round)) {
+              ::hvd_test::fail(__FILE__, __LINE__, std::string("HVD_SHM_SINGLE_COPY=") + single_copy + " P=" +
+                                                       std::to_string(size) + " round " + std::to_string(round) +
+                                                       ": wrong byte " + std::to_string(i) + " on member " +
+                                                       std::to_string(me));
+              return;
+            }
+          }
+          EXPECT_EQ(buf.back(), static_cast<unsigned char>(0xee));
+        }
+      });
+    }
+  }
+  ::unsetenv("HVD_SHM_SINGLE_COPY");
+}
+
 // Allreduces of 2 MiB up to 32 MiB among spinning members on shm are a
 // reduce-scatter and an allgather that read the other members' buffers out
 // of their processes (spinning forced, so that P=3 takes that path on 2

@@ -89,6 +89,9 @@ class ShmCommunicator : public Communicator {
   // members' input and output out of their processes; false, with nothing
   // written, when some member may not read the others' memory, after which
   // the communicator keeps to the slots.
+  // Non-root members read the root's buffer out of its process; false when
+  // reads were refused somewhere (every member then uses the slots).
+  bool broadcast_single_copy(unsigned char* data, size_t bytes, int root);
   bool allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count, DataType dtype,
                              ReduceOp op);
   // Copies `bytes` from address `remote` of `member`'s process into `dst`;
