@@ -59,9 +59,13 @@ _basics.add_shutdown_callback(_forget_in_flight_reductions)
 # order backward produces them); 0 reduces every gradient on its own, as
 # Horovod does. Per-gradient requests cost a control round and a wake-up
 # each, which on few cores shows up as step time; buckets keep the overlap
-# with backward and pay once per bucket.
+# with backward and pay once per bucket. 25 MiB is DDP's bucket_cap_mb; on the
+# 102-tensor benchmark (6.6 MB of gradients, 2 CPUs, docs/benchmarks.md) one
+# bucket for everything beat 2 and 4 MiB ones (0.67-0.71x DDP's step against
+# 0.84-0.90x and 0.78-0.85x): where backward keeps every CPU busy, overlap
+# gains less than each extra collective costs.
 BUCKET_ENV = "HOROVOD_GRADIENT_BUCKET_MB"
-DEFAULT_BUCKET_MB = 2.0
+DEFAULT_BUCKET_MB = 25.0
 
 
 def _bucket_bytes():
