@@ -8,13 +8,24 @@ import ranks
 
 
 def test_ctrl_c_interrupts_a_pending_allreduce_and_the_operation_still_completes(tmp_path):
-    results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_an_allreduce",
+    results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
                                    kwargs={"marker_dir": str(tmp_path)}, timeout=60)
     assert results[0]["interrupted"] is True
     assert results[0]["waited"] < 1.0, results[0]
     for res in results:
         assert res["x"] == [1.0, 3.0, 5.0, 7.0]
         assert res["after"] == [2.0]
+
+
+def test_ctrl_c_interrupts_a_pending_allgather_and_later_collectives_still_work(tmp_path):
+    results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
+                                   kwargs={"marker_dir": str(tmp_path), "collective": "allgather"}, timeout=60)
+    assert results[0]["interrupted"] is True and "gathered" not in results[0]
+    assert results[0]["waited"] < 1.0, results[0]
+    assert results[1]["gathered"] == [0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0]
+    for res in results:
+        assert res["after"] == [2.0]
+        assert res["after_gather"] == [0, 0, 1, 1]
 
 
 def test_alarm_handler_exception_ends_a_wait_and_shutdown_cleans_up():

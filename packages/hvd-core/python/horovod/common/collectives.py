@@ -13,7 +13,7 @@ from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
 from horovod.common.engine_calls import (ENGINE_ALLOCATED_ALLREDUCE_BYTES, HandleManager, TensorDesc, call_sync,
                                          full_name, group_tensor_names, owned_result_memory, received_splits, result,
-                                         run_sync, sync_template)
+                                         run_sync, run_sync_owned, sync_template)
 from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of
@@ -341,6 +341,13 @@ def allgather(tensor, name=None, process_set=global_process_set):
         An array of the same type as `tensor`, concatenated on dimension zero across
         all processes. Its first dimension is the sum of the inputs' first dimensions.
     """
+    if type(tensor) is np.ndarray and (name is None or type(name) is str):
+        res = run_sync_owned(c_api.ALLGATHER, _describe(tensor), full_name("allgather", name),
+                             process_set_id_of(process_set), keepalive=tensor)
+        memory, shape = owned_result_memory(res)
+        if memory is None:
+            return np.empty(shape, dtype=tensor.dtype)
+        return np.asarray(memory).view(tensor.dtype).reshape(shape)
     return synchronize(_gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True,
                                           caller_waits=True))
 

@@ -12,13 +12,19 @@ import numpy as np
 import horovod.common as hvd
 
 
-def rank_0_interrupted_in_an_allreduce(marker_dir):
+def rank_0_interrupted_in_a_collective(marker_dir, collective="allreduce_"):
     # A rank started from a background job inherits SIGINT ignored, and Python
     # then installs no KeyboardInterrupt handler: put it in place, as a terminal has.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     hvd.init()
     out = {}
     x = np.arange(4, dtype=np.float32) + hvd.rank()
+    if collective == "allreduce_":
+        def late():
+            hvd.allreduce_(x, op=hvd.Sum, name="late")
+    else:  # a result the engine allocates, through the synchronous path
+        def late():
+            out["gathered"] = hvd.allgather(x, name="late").tolist()
     # Rank 1 submits "late" only once rank 0 has been interrupted in it (a file
     # says so), however slowly a loaded machine runs the ranks.
     marker = os.path.join(marker_dir, "interrupted")
@@ -30,7 +36,7 @@ def rank_0_interrupted_in_an_allreduce(marker_dir):
             os.kill(os.getpid(), signal.SIGINT)
         threading.Timer(0.5, interrupt).start()
         try:
-            hvd.allreduce_(x, op=hvd.Sum, name="late")
+            late()
             out["interrupted"] = False
         except KeyboardInterrupt:
             out["interrupted"] = True
@@ -40,12 +46,13 @@ def rank_0_interrupted_in_an_allreduce(marker_dir):
         deadline = time.monotonic() + 30
         while not os.path.exists(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        hvd.allreduce_(x, op=hvd.Sum, name="late")
-    # The interrupted allreduce was still in flight on rank 0 and completed once
-    # rank 1 submitted it: into x, which hvd kept alive.
+        late()
+    # The interrupted collective was still in flight on rank 0 and completed
+    # once rank 1 submitted it: an allreduce_ into x, which hvd kept alive.
     after = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="after")
     out["x"] = x.tolist()
     out["after"] = after.tolist()
+    out["after_gather"] = hvd.allgather(np.full(2, hvd.rank(), np.int32), name="after_gather").tolist()
     return out
 
 
