@@ -249,8 +249,9 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
 bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
   TensorSlot& t = handle->tensors[0];
   const RequestMeta& meta = t.meta;
-  if (meta.collective != Collective::kAllreduce || meta.device != Device::kCpu || meta.reduce_op == HVD_OP_ADASUM ||
-      t.input == nullptr || t.output == nullptr) {
+  const bool broadcast = meta.collective == Collective::kBroadcast;
+  if ((meta.collective != Collective::kAllreduce && !broadcast) || meta.device != Device::kCpu ||
+      meta.reduce_op == HVD_OP_ADASUM || t.input == nullptr || t.output == nullptr) {
     return false;
   }
   uint64_t key = 0, occurrence = 0;
@@ -261,14 +262,22 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
     const LaneEntry& e = it->second;
     // The request must be the one that was negotiated (every field the
     // coordinator checks), or it is negotiated again and mismatches reported.
-    if (e.dtype != meta.dtype || e.reduce_op != meta.reduce_op || e.prescale != meta.prescale ||
-        e.postscale != meta.postscale || e.shape != meta.shape || meta.group_size > 1) {
+    if (e.collective != meta.collective || e.dtype != meta.dtype || e.shape != meta.shape || meta.group_size > 1 ||
+        (broadcast ? e.root_rank != meta.root_rank
+                   : e.reduce_op != meta.reduce_op || e.prescale != meta.prescale || e.postscale != meta.postscale)) {
       return false;
     }
     key = e.key;
     occurrence = e.occurrence;
   }
   const size_t count = static_cast<size_t>(num_elements(meta.shape));
+  if (broadcast) {
+    if (lane_comm_->lane_broadcast(key, occurrence, t.input, t.output, count * dtype_size(meta.dtype),
+                                   meta.root_rank, kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
+      return false;
+    }
+    return lane_call_done(t, meta.name, key);
+  }
   const void* input = t.input;
   if (meta.prescale != 1.0) {
     thread_local std::vector<unsigned char> prescaled;
@@ -283,16 +292,20 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
   // As the executor does after a collective.
   const double post = result_scale(meta.reduce_op, meta.postscale, size());
   if (post != 1.0) scale_copy(t.output, t.output, count, meta.dtype, post);
+  return lane_call_done(t, meta.name, key);
+}
+
+bool ProcessSetRuntime::lane_call_done(TensorSlot& t, const std::string& name, uint64_t key) {
   t.result_data = t.output;
   fast_lane_calls_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(lane_mu_);
-  auto it = lane_entries_.find(meta.name);
+  auto it = lane_entries_.find(name);
   if (it != lane_entries_.end() && it->second.key == key) ++it->second.occurrence;
   return true;
 }
 
 void ProcessSetRuntime::record_lane_key(const Response& r) {
-  if (r.names.size() != 1 || r.collective != Collective::kAllreduce) return;
+  if (r.names.size() != 1 || (r.collective != Collective::kAllreduce && r.collective != Collective::kBroadcast)) return;
   const std::string& name = r.names[0];
   std::lock_guard<std::mutex> lock(lane_mu_);
   auto it = lane_entries_.find(name);
@@ -314,6 +327,8 @@ void ProcessSetRuntime::record_lane_key(const Response& r) {
   LaneEntry& e = it->second;
   e.key = r.lane_key;
   e.occurrence = 1;
+  e.collective = r.collective;
+  e.root_rank = r.root_rank;
   e.dtype = r.dtype;
   e.reduce_op = r.reduce_op;
   e.prescale = r.prescale;

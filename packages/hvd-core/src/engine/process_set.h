@@ -114,9 +114,12 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
   // The fast lane (docs/core.md): runs a synchronous single-tensor allreduce
-  // there when this tensor was negotiated before with a lane key; false when
-  // it must be negotiated (nothing was done). Called without locks.
+  // or broadcast there when this tensor was negotiated before with a lane
+  // key; false when it must be negotiated (nothing was done). Called without
+  // locks.
   bool run_in_lane(hvd_handle* handle);
+  // Bookkeeping after a completed lane call of tensor `name` under `key`.
+  bool lane_call_done(TensorSlot& t, const std::string& name, uint64_t key);
   // Every member records the lane keys of the responses it executes (under
   // drive_mu_), so they all agree which tensor a key and occurrence mean.
   void record_lane_key(const Response& r);
@@ -170,6 +173,8 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
     uint64_t key = 0;
     uint64_t occurrence = 0;
     // What was negotiated; a lane call must ask for exactly this.
+    Collective collective = Collective::kAllreduce;
+    int32_t root_rank = 0;  // broadcast
     DataType dtype = DataType::kFloat32;
     int32_t reduce_op = HVD_OP_SUM;
     double prescale = 1.0;

@@ -20,6 +20,23 @@ def test_lane_gives_the_bits_of_negotiation_for_every_dtype_op_and_scale(np_):
     assert len({res["lane_calls"] for res in results}) == 1, results
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_small_broadcasts_run_in_the_lane_from_every_root_with_the_roots_values(np_):
+    results = ranks.run_program_ok(np_, "fast_lane:broadcasts_in_the_lane", timeout=240)
+    for rank, res in enumerate(results):
+        assert res["failures"] == [], "rank %d: wrong broadcast results: %s" % (rank, res["failures"][:10])
+        assert res["lane_calls"] > 0, (rank, res)
+    assert len({res["lane_calls"] for res in results}) == 1, results
+
+
+def test_a_broadcast_root_mismatch_after_lane_calls_is_reported_on_every_rank():
+    results = ranks.run_program_ok(2, "fast_lane:broadcast_root_mismatch_after_warm_up_is_reported", timeout=60)
+    for r in results:
+        assert r["warmed"] > 0, results
+        assert r["error"] == "HorovodCollectiveMismatchError", results
+        assert "root" in r["message"], r["message"]
+
+
 def test_a_tight_loop_runs_in_the_lane_and_is_exact():
     results = ranks.run_program_ok(2, "fast_lane:tight_loop", timeout=120)
     assert [r["wrong"] for r in results] == [0, 0]

@@ -1014,7 +1014,28 @@ bool ShmCommunicator::lane_slot_free(Clock::time_point until) {
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint64_t occurrence, const void* input,
                                                              void* reduced, size_t count, DataType dtype, ReduceOp op,
                                                              Clock::duration wait) {
-  const size_t bytes = count * dtype_size(dtype);
+  return lane_run(key, occurrence, input, count * dtype_size(dtype), wait, "allreduce (fast lane)", [&] {
+    std::vector<const void*>& srcs = lane_inputs_;
+    for (int m = 0; m < size_; ++m) srcs[static_cast<size_t>(m)] = lane(m)->data;
+    reduce_many(reduced, srcs.data(), srcs.size(), count, dtype, op);
+  });
+}
+
+ShmCommunicator::LaneOutcome ShmCommunicator::lane_broadcast(uint64_t key, uint64_t occurrence, const void* input,
+                                                             void* output, size_t bytes, int root,
+                                                             Clock::duration wait) {
+  if (root < 0 || root >= size_) return LaneOutcome::kBusy;
+  // Only the root's payload is read: the others publish the call alone.
+  return lane_run(key, occurrence, rank_ == root ? input : nullptr, bytes, wait, "broadcast (fast lane)", [&] {
+    const void* from = rank_ == root ? input : lane(root)->data;
+    if (from != output) std::memcpy(output, from, bytes);
+  });
+}
+
+template <typename Finish>
+ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t occurrence, const void* payload,
+                                                       size_t bytes, Clock::duration wait, const char* op,
+                                                       Finish finish) {
   if (header_ == nullptr || bytes == 0 || bytes > kLanePayloadBytes) return LaneOutcome::kBusy;
   if (lane_in_use_.exchange(true, std::memory_order_acquire)) return LaneOutcome::kBusy;
   struct InUse {
@@ -1038,7 +1059,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint6
   std::atomic_thread_fence(std::memory_order_release);
   mine->key.store(key, std::memory_order_relaxed);
   mine->occurrence.store(occurrence, std::memory_order_relaxed);
-  std::memcpy(mine->data, input, bytes);
+  if (payload != nullptr) std::memcpy(mine->data, payload, bytes);
   mine->state.store(publication << 2 | kLanePublished, std::memory_order_release);
 
   std::vector<uint64_t>& seen = lane_seen_;  // each member's publication we matched
@@ -1094,21 +1115,19 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint6
     // within microseconds unless one died or froze in between.
     if (now - last_peer_check >= kPeerCheckInterval) {
       last_peer_check = now;
-      check_abort("allreduce (fast lane)");
-      check_peers(UINT64_MAX, "allreduce (fast lane)");
+      check_abort(op);
+      check_peers(UINT64_MAX, op);
       if (now - start > timeout) {
         std::string late;
         for (int m = 0; m < size_; ++m) {
           if (m != rank_ && (lane(m)->state.load() & 3) != kLaneCommitted) late += (late.empty() ? "" : ", ") + member_name(m);
         }
-        fail("allreduce (fast lane)", "no progress for " + std::to_string(options_.timeout_seconds) + " s: " + late +
-                                          " showed the call but never committed to it or withdrew");
+        fail(op, "no progress for " + std::to_string(options_.timeout_seconds) + " s: " + late +
+                     " showed the call but never committed to it or withdrew");
       }
     }
   }
-  std::vector<const void*>& srcs = lane_inputs_;
-  for (int m = 0; m < size_; ++m) srcs[static_cast<size_t>(m)] = lane(m)->data;
-  reduce_many(reduced, srcs.data(), srcs.size(), count, dtype, op);
+  finish();
   mine->completed.store(++lane_completed_, std::memory_order_release);
   return LaneOutcome::kDone;
 }

@@ -60,6 +60,11 @@ class ShmCommunicator : public Communicator {
   static constexpr size_t kLanePayloadBytes = 32 * 1024;
   LaneOutcome lane_allreduce(uint64_t key, uint64_t occurrence, const void* input, void* reduced, size_t count,
                              DataType dtype, ReduceOp op, std::chrono::steady_clock::duration wait);
+  // The same for a small synchronous broadcast from member `root`: every
+  // member ends with root's `bytes` of `input` in `output` (the root copies
+  // only when they differ).
+  LaneOutcome lane_broadcast(uint64_t key, uint64_t occurrence, const void* input, void* output, size_t bytes,
+                             int root, std::chrono::steady_clock::duration wait);
   // This member is in hvd.join(): the others stop waiting for it in the lane.
   void set_lane_joined(bool joined);
 
@@ -106,6 +111,12 @@ class ShmCommunicator : public Communicator {
   // Waits up to `until` for every member to have completed lane_completed_
   // calls; false when one has not (it may still read our slot).
   bool lane_slot_free(std::chrono::steady_clock::time_point until);
+  // One lane call: publishes (key, occurrence) with `payload` (nullptr:
+  // nothing the others read), and once every member has committed to the
+  // same call runs `finish` (reading the members' published payloads).
+  template <typename Finish>
+  LaneOutcome lane_run(uint64_t key, uint64_t occurrence, const void* payload, size_t bytes,
+                       std::chrono::steady_clock::duration wait, const char* op, Finish finish);
   // Scratch of lane_allreduce, one entry per member (one lane call at a time).
   std::vector<uint64_t> lane_seen_;
   std::vector<const void*> lane_inputs_;

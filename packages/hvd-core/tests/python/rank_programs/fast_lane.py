@@ -188,3 +188,47 @@ def process_set_lane(calls=200):
     out["global_lane_calls"] = lane_calls()
     hvd.barrier()
     return out
+
+
+def broadcasts_in_the_lane(rounds=3):
+    """Small broadcasts from every root, every dtype, in place and not: each
+    name is negotiated once and may then run in the lane; every call must
+    leave the root's values of that call on every rank, and the root's own
+    input untouched by the out-of-place call. Returns the failing cases and
+    the lane calls made."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+    before = lane_calls()
+    for dtype_name in DTYPES:
+        for shape in [(1,), (7, 3), (4000,)]:
+            for root in range(size):
+                case = "%s.%s.%d" % (dtype_name, shape, root)
+                for call in range(rounds):
+                    want = _case_input(root, shape, dtype_name, call)
+                    mine = _case_input(rank, shape, dtype_name, call)
+                    kept = mine.copy()
+                    got = hvd.broadcast(mine, root, name="b." + case)
+                    if got.tobytes() != want.tobytes() or mine.tobytes() != kept.tobytes():
+                        failures.append([case, call, "out_of_place"])
+                    hvd.broadcast_(mine, root, name="b_." + case)
+                    if mine.tobytes() != want.tobytes():
+                        failures.append([case, call, "in_place"])
+    return {"failures": failures, "lane_calls": lane_calls() - before}
+
+
+def broadcast_root_mismatch_after_warm_up_is_reported():
+    """After "r" ran in the lane from root 0, rank 1 names root 1: both ranks
+    get the usual mismatch error, not a hang and not rank 1's values."""
+    hvd.init()
+    rank = hvd.rank()
+    a = np.zeros(4, np.float32)
+    for i in range(5):
+        a[:] = rank + i
+        hvd.broadcast_(a, 0, name="r")
+    warmed = lane_calls()
+    try:
+        hvd.broadcast_(a, 1 if rank == 1 else 0, name="r")
+        return {"error": None, "warmed": warmed}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {"error": type(e).__name__, "message": str(e), "warmed": warmed}
