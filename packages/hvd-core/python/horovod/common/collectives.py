@@ -342,14 +342,21 @@ def allgather(tensor, name=None, process_set=global_process_set):
         all processes. Its first dimension is the sum of the inputs' first dimensions.
     """
     if type(tensor) is np.ndarray and (name is None or type(name) is str):
-        res = run_sync_owned(c_api.ALLGATHER, _describe(tensor), full_name("allgather", name),
-                             process_set_id_of(process_set), keepalive=tensor)
-        memory, shape = owned_result_memory(res)
-        if memory is None:
-            return np.empty(shape, dtype=tensor.dtype)
-        return np.asarray(memory).view(tensor.dtype).reshape(shape)
+        return _owned_result_now(c_api.ALLGATHER, "allgather", tensor, name, process_set)
     return synchronize(_gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True,
                                           caller_waits=True))
+
+
+def _owned_result_now(collective, collective_name, tensor, name, process_set, reduce_op=Sum, prescale_factor=1.0,
+                      postscale_factor=1.0):
+    """A synchronous single-array collective whose result the engine sizes and
+    allocates (allgather, reducescatter), without an integer handle."""
+    res = run_sync_owned(collective, _describe(tensor), full_name(collective_name, name),
+                         process_set_id_of(process_set), tensor, reduce_op, prescale_factor, postscale_factor)
+    memory, shape = owned_result_memory(res)
+    if memory is None:
+        return np.empty(shape, dtype=tensor.dtype)
+    return np.asarray(memory).view(tensor.dtype).reshape(shape)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -452,6 +459,9 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
     Returns:
         This rank's block of the reduced tensor.
     """
+    if type(tensor) is np.ndarray and (name is None or type(name) is str):
+        return _owned_result_now(c_api.REDUCESCATTER, "reducescatter", tensor, name, process_set, op,
+                                 prescale_factor, postscale_factor)
     return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
 

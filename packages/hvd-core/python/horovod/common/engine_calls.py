@@ -370,7 +370,8 @@ def call_sync(base, keepalive, state=None):
 _raw_enqueue = None
 
 
-def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None):
+def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, reduce_op=1, prescale_factor=1.0,
+                   postscale_factor=1.0):
     """run_sync for a single-tensor collective whose result the engine
     allocates (allgather, reducescatter): enqueues, waits and returns the
     hvd_result of the finished operation, whose `output` the caller now owns
@@ -387,12 +388,13 @@ def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None):
         cache = _templates.single = {}
     # desc_out None: no other run_sync key has it (allreduce and broadcast have outputs).
     key = (collective, name, process_set_id, desc_in.shape, desc_in.code, desc_in.bits, desc_in.device_type,
-           desc_in.device_id, desc_in.stream, None)
+           desc_in.device_id, desc_in.stream, None, reduce_op, 0, prescale_factor, postscale_factor)
     template = cache.get(key)
     if template is None:
         if len(cache) >= _MAX_TEMPLATES:
             cache.clear()
-        template = cache[key] = sync_template(collective, desc_in, None, name, process_set_id)
+        template = cache[key] = sync_template(collective, desc_in, None, name, process_set_id, reduce_op, 0,
+                                              prescale_factor, postscale_factor)
     buf, base, in_offset, _ = template
     _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
     if _abandoned:

@@ -362,13 +362,19 @@ def _owned_results_async(collective, collective_name, tensors, name, ps_id, sing
                            caller_waits=caller_waits)
 
 
-def _allgather_now(tensor, name, process_set):
+def _owned_result_now(collective, collective_name, tensor, name, process_set, reduce_op=Sum, prescale_factor=1.0,
+                      postscale_factor=1.0):
+    """A synchronous single-tensor allgather or reducescatter (results the engine sizes)."""
     if (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED
             and (name is None or type(name) is str)):
         # The synchronous path without an integer handle (as allreduce's):
-        # half the Python cost of a small allgather.
-        res = _run_sync_owned(c_api.ALLGATHER, _describe(tensor), full_name("allgather", name),
-                              _process_set_id(process_set), keepalive=tensor)
+        # half the Python cost of a small call.
+        res = _run_sync_owned(collective, _describe(tensor), full_name(collective_name, name),
+                              _process_set_id(process_set), tensor, reduce_op, prescale_factor, postscale_factor)
         return _result_to_torch(res, tensor.dtype, tensor.device)
-    return _handles_synchronize(_gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set,
-                                                   True, caller_waits=True))
+    return _handles_synchronize(_gather_like_async(collective, collective_name, [tensor], name, process_set, True,
+                                                   reduce_op, prescale_factor, postscale_factor, caller_waits=True))
+
+
+def _allgather_now(tensor, name, process_set):
+    return _owned_result_now(c_api.ALLGATHER, "allgather", tensor, name, process_set)

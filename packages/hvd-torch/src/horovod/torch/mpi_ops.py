@@ -20,8 +20,8 @@ from horovod.common.util import get_average_backwards_compatibility_fun
 
 from horovod.torch._engine_bridge import (HorovodCollectiveMismatchError, _allgather_now, _allreduce_async,
                                           _allreduce_now, _broadcast_async, _broadcast_now, _gather_like_async,
-                                          _handles, _handles_synchronize, _result_from_pool, _splits_device,
-                                          _splits_list)
+                                          _handles, _handles_synchronize, _owned_result_now, _result_from_pool,
+                                          _splits_device, _splits_list)
 from horovod.torch.compression import Compression
 
 # The bridge's internals were defined here before it had a module of its own;
@@ -856,10 +856,8 @@ class HorovodReducescatter(torch.autograd.Function):
         ctx.process_set = process_set
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
-        return _handles_synchronize(_gather_like_async(c_api.REDUCESCATTER, "reducescatter", [tensor], name,
-                                                       process_set, True, reduce_op=op,
-                                                       prescale_factor=prescale_factor,
-                                                       postscale_factor=postscale_factor, caller_waits=True))
+        return _owned_result_now(c_api.REDUCESCATTER, "reducescatter", tensor, name, process_set, op,
+                                 prescale_factor, postscale_factor)
 
     @staticmethod
     def backward(ctx, grad_output):
