@@ -262,17 +262,11 @@ def sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op
     return buf, ctypes.c_void_p(ctypes.addressof(buf)), offsets[0], offsets[1] if len(offsets) > 1 else None
 
 
-def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
-             postscale_factor=1.0, keepalive=None):
-    """Enqueues one single-tensor collective and waits for it: the fast path of
-    the synchronous API.
-
-    `keepalive` holds the objects that own the descriptors' memory: if the
-    wait is interrupted (KeyboardInterrupt, a signal handler's exception), they
-    are kept until the operation completes or ``shutdown()`` ends it.
-
-    Raises the operation's error.
-    """
+def _filled_sync_block(collective, desc_in, desc_out, name, process_set_id, reduce_op, root_rank, prescale_factor,
+                       postscale_factor):
+    """This thread's argument block for one synchronous single-tensor call of
+    this signature (desc_out None: the engine allocates the result), with the
+    data pointers filled in; returns its address (a c_void_p)."""
     # A flat key (cheaper than _args_block's general one) for the same
     # per-thread template cache: a small collective's Python cost is mostly
     # finding its argument block.
@@ -292,6 +286,22 @@ def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, r
     _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
     if out_offset is not None:
         _POINTER.pack_into(buf, out_offset, desc_out.data_ptr)
+    return base
+
+
+def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
+             postscale_factor=1.0, keepalive=None):
+    """Enqueues one single-tensor collective and waits for it: the fast path of
+    the synchronous API.
+
+    `keepalive` holds the objects that own the descriptors' memory: if the
+    wait is interrupted (KeyboardInterrupt, a signal handler's exception), they
+    are kept until the operation completes or ``shutdown()`` ends it.
+
+    Raises the operation's error.
+    """
+    base = _filled_sync_block(collective, desc_in, desc_out, name, process_set_id, reduce_op, root_rank,
+                              prescale_factor, postscale_factor)
     call_sync(base, keepalive)
 
 
@@ -383,29 +393,17 @@ def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, re
     complete with `keepalive` referenced, as run_sync does.
     """
     global _raw_enqueue
-    cache = getattr(_templates, "single", None)
-    if cache is None:
-        cache = _templates.single = {}
-    # desc_out None: no other run_sync key has it (allreduce and broadcast have outputs).
-    key = (collective, name, process_set_id, desc_in.shape, desc_in.code, desc_in.bits, desc_in.device_type,
-           desc_in.device_id, desc_in.stream, None, reduce_op, 0, prescale_factor, postscale_factor)
-    template = cache.get(key)
-    if template is None:
-        if len(cache) >= _MAX_TEMPLATES:
-            cache.clear()
-        template = cache[key] = sync_template(collective, desc_in, None, name, process_set_id, reduce_op, 0,
-                                              prescale_factor, postscale_factor)
-    buf, base, in_offset, _ = template
-    _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
+    base = _filled_sync_block(collective, desc_in, None, name, process_set_id, reduce_op, 0, prescale_factor,
+                              postscale_factor)
+    library = c_api.lib()
     if _abandoned:
-        _release_finished_abandoned(c_api.lib())
+        _release_finished_abandoned(library)
     if _raw_enqueue is None:
-        function = c_api.lib()["hvd_enqueue"]  # no argtypes: see raw_enqueue_wait
+        function = library["hvd_enqueue"]  # no argtypes: see raw_enqueue_wait
         function.restype = ctypes.c_void_p
         _raw_enqueue = function
     state = thread_sync()
     state.slot.value = None
-    library = c_api.lib()
     err = _raw_enqueue(base, state.slot_ref)
     if err:
         c_api.check(err)
