@@ -240,8 +240,9 @@ typedef struct hvd_process_set_info {
   int32_t* ranks;      /* in, optional: buffer receiving the member ranks */
   size_t ranks_capacity; /* in: entries available in `ranks` */
   /* 1.8 */
-  uint64_t fast_lane_calls; /* out: this rank's allreduces of the set that ran in
-                               the same-host fast lane, without negotiation */
+  uint64_t fast_lane_calls; /* out: this rank's collectives of the set that ran
+                               in the same-host fast lane, without negotiation
+                               (allreduces, broadcasts, allgathers) */
 } hvd_process_set_info;
 #define HVD_PROCESS_SET_INFO_STRUCT_SIZE \
   HVD_STRUCT_SIZE(hvd_process_set_info, fast_lane_calls)

@@ -331,8 +331,10 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
     // (a cache that is off means every call is negotiated).
     const int64_t bytes = response_bytes(r);
     const bool timeline = timeline_ != nullptr && timeline_->active();
-    const bool lane_collective = (r.collective == Collective::kAllreduce && r.reduce_op != HVD_OP_ADASUM) ||
-                                 r.collective == Collective::kBroadcast;
+    const bool lane_collective =
+        ((r.collective == Collective::kAllreduce || r.collective == Collective::kReducescatter) &&
+         r.reduce_op != HVD_OP_ADASUM) ||
+        r.collective == Collective::kBroadcast || r.collective == Collective::kAllgather;
     if (config_.lane_bytes > 0 && cache_.enabled() && !timeline && lane_collective &&
         r.device == Device::kCpu && ref->group_size <= 1 && bytes > 0 &&
         static_cast<size_t>(bytes) <= config_.lane_bytes) {

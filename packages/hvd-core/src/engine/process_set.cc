@@ -250,10 +250,18 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
   TensorSlot& t = handle->tensors[0];
   const RequestMeta& meta = t.meta;
   const bool broadcast = meta.collective == Collective::kBroadcast;
-  if ((meta.collective != Collective::kAllreduce && !broadcast) || meta.device != Device::kCpu ||
-      meta.reduce_op == HVD_OP_ADASUM || t.input == nullptr || t.output == nullptr) {
+  const bool allgather = meta.collective == Collective::kAllgather;
+  const bool reducescatter = meta.collective == Collective::kReducescatter;
+  if ((meta.collective != Collective::kAllreduce && !broadcast && !allgather && !reducescatter) ||
+      meta.device != Device::kCpu || meta.reduce_op == HVD_OP_ADASUM || t.input == nullptr) {
     return false;
   }
+  // Allgather and reducescatter results are the engine's to allocate (a
+  // caller's allocator is left to the negotiated path, which calls it
+  // exactly once); the others write into the caller's output.
+  const bool sized_by_engine = allgather || reducescatter;
+  if (sized_by_engine ? t.output != nullptr || handle->alloc != nullptr : t.output == nullptr) return false;
+  if (sized_by_engine && meta.shape.empty()) return false;
   uint64_t key = 0, occurrence = 0;
   {
     std::lock_guard<std::mutex> lock(lane_mu_);
@@ -271,12 +279,27 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
     occurrence = e.occurrence;
   }
   const size_t count = static_cast<size_t>(num_elements(meta.shape));
+  if (allgather) {
+    // Every member's piece has the negotiated shape (the coordinator gives
+    // allgathers a key only when all shapes are equal).
+    std::vector<int64_t> out_shape = meta.shape;
+    out_shape[0] *= size();
+    DLManagedTensor* owned = owned_lane_result(out_shape, meta.dtype);
+    if (owned == nullptr) return false;
+    if (lane_comm_->lane_allgather(key, occurrence, t.input, owned->dl_tensor.data, count * dtype_size(meta.dtype),
+                                   kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
+      owned->deleter(owned);
+      return false;
+    }
+    t.owned_result = owned;
+    return lane_call_done(t, meta.name, key, owned->dl_tensor.data);
+  }
   if (broadcast) {
     if (lane_comm_->lane_broadcast(key, occurrence, t.input, t.output, count * dtype_size(meta.dtype),
                                    meta.root_rank, kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
       return false;
     }
-    return lane_call_done(t, meta.name, key);
+    return lane_call_done(t, meta.name, key, t.output);
   }
   const void* input = t.input;
   if (meta.prescale != 1.0) {
@@ -285,18 +308,48 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
     scale_copy(prescaled.data(), t.input, count, meta.dtype, meta.prescale);
     input = prescaled.data();
   }
+  const double post = result_scale(meta.reduce_op, meta.postscale, size());  // as the executor applies it
+  if (reducescatter) {
+    // This member's rows, split as the executor splits them.
+    const int64_t rows = meta.shape[0], members = size(), me = lane_comm_->rank();
+    const size_t row = static_cast<size_t>(count / static_cast<size_t>(rows > 0 ? rows : 1));
+    const int64_t before = me * (rows / members) + std::min(me, rows % members);
+    std::vector<int64_t> out_shape = meta.shape;
+    out_shape[0] = rows / members + (me < rows % members ? 1 : 0);
+    const size_t mine = static_cast<size_t>(out_shape[0]) * row;
+    DLManagedTensor* owned = owned_lane_result(out_shape, meta.dtype);
+    if (owned == nullptr) return false;
+    void* out = owned->dl_tensor.data;
+    if (lane_comm_->lane_reducescatter(key, occurrence, input, count, out, static_cast<size_t>(before) * row, mine,
+                                       meta.dtype, transport_op(meta.reduce_op),
+                                       kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
+      owned->deleter(owned);
+      return false;
+    }
+    if (post != 1.0 && mine > 0) scale_copy(out, out, mine, meta.dtype, post);
+    t.owned_result = owned;
+    return lane_call_done(t, meta.name, key, out);
+  }
   if (lane_comm_->lane_allreduce(key, occurrence, input, t.output, count, meta.dtype, transport_op(meta.reduce_op),
                                  kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
     return false;
   }
-  // As the executor does after a collective.
-  const double post = result_scale(meta.reduce_op, meta.postscale, size());
   if (post != 1.0) scale_copy(t.output, t.output, count, meta.dtype, post);
-  return lane_call_done(t, meta.name, key);
+  return lane_call_done(t, meta.name, key, t.output);
 }
 
-bool ProcessSetRuntime::lane_call_done(TensorSlot& t, const std::string& name, uint64_t key) {
-  t.result_data = t.output;
+// A result the engine allocates for a lane call, or null when allocation
+// failed (the negotiated path then reports it).
+DLManagedTensor* ProcessSetRuntime::owned_lane_result(const std::vector<int64_t>& shape, DataType dtype) {
+  try {
+    return make_owned_tensor(shape, dtype);
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+bool ProcessSetRuntime::lane_call_done(TensorSlot& t, const std::string& name, uint64_t key, void* result) {
+  t.result_data = result;
   fast_lane_calls_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(lane_mu_);
   auto it = lane_entries_.find(name);
@@ -305,7 +358,10 @@ bool ProcessSetRuntime::lane_call_done(TensorSlot& t, const std::string& name, u
 }
 
 void ProcessSetRuntime::record_lane_key(const Response& r) {
-  if (r.names.size() != 1 || (r.collective != Collective::kAllreduce && r.collective != Collective::kBroadcast)) return;
+  if (r.names.size() != 1 || (r.collective != Collective::kAllreduce && r.collective != Collective::kBroadcast &&
+                              r.collective != Collective::kAllgather && r.collective != Collective::kReducescatter)) {
+    return;
+  }
   const std::string& name = r.names[0];
   std::lock_guard<std::mutex> lock(lane_mu_);
   auto it = lane_entries_.find(name);

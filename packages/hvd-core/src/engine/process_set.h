@@ -113,13 +113,15 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::optional<Error> peer_abort_within(double seconds);
   void fail_everything(const Error& error);
   void release_name(const std::string& name);
-  // The fast lane (docs/core.md): runs a synchronous single-tensor allreduce
-  // or broadcast there when this tensor was negotiated before with a lane
+  // The fast lane (docs/core.md): runs a synchronous single-tensor allreduce,
+  // broadcast, allgather or reducescatter there when this tensor was negotiated before with a lane
   // key; false when it must be negotiated (nothing was done). Called without
   // locks.
   bool run_in_lane(hvd_handle* handle);
-  // Bookkeeping after a completed lane call of tensor `name` under `key`.
-  bool lane_call_done(TensorSlot& t, const std::string& name, uint64_t key);
+  // Bookkeeping after a completed lane call of tensor `name` under `key`
+  // whose result is at `result`.
+  bool lane_call_done(TensorSlot& t, const std::string& name, uint64_t key, void* result);
+  static DLManagedTensor* owned_lane_result(const std::vector<int64_t>& shape, DataType dtype);
   // Every member records the lane keys of the responses it executes (under
   // drive_mu_), so they all agree which tensor a key and occurrence mean.
   void record_lane_key(const Response& r);

@@ -1,8 +1,9 @@
 # test_fast_lane.py - the same-host fast lane (docs/core.md, "The fast lane"):
-# a small synchronous allreduce negotiated once runs through the shared-memory
-# arena without the coordinator, with the bits negotiation gives; whatever the
-# members cannot agree on in the lane (other tensors, late ranks, a join,
-# another shape) is negotiated as before. Rank side: rank_programs/fast_lane.py.
+# a small synchronous allreduce (broadcast, allgather, reducescatter)
+# negotiated once runs through the shared-memory arena without the
+# coordinator, with the bits negotiation gives; whatever the members cannot
+# agree on in the lane (other tensors, late ranks, a join, another shape) is
+# negotiated as before. Rank side: rank_programs/fast_lane.py.
 import pytest
 
 import ranks
@@ -27,6 +28,33 @@ def test_small_broadcasts_run_in_the_lane_from_every_root_with_the_roots_values(
         assert res["failures"] == [], "rank %d: wrong broadcast results: %s" % (rank, res["failures"][:10])
         assert res["lane_calls"] > 0, (rank, res)
     assert len({res["lane_calls"] for res in results}) == 1, results
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_small_allgathers_run_in_the_lane_with_every_ranks_values(np_):
+    results = ranks.run_program_ok(np_, "fast_lane:allgathers_in_the_lane", timeout=240)
+    for rank, res in enumerate(results):
+        assert res["failures"] == [], "rank %d: wrong allgather results: %s" % (rank, res["failures"][:10])
+        assert res["lane_calls"] > 0, (rank, res)
+    assert len({res["lane_calls"] for res in results}) == 1, results
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_small_reducescatters_in_the_lane_give_the_bits_of_negotiation(np_):
+    results = ranks.run_program_ok(np_, "fast_lane:reducescatters_in_the_lane", timeout=240)
+    for rank, res in enumerate(results):
+        assert res["failures"] == [], "rank %d: lane and negotiation differ: %s" % (rank, res["failures"][:10])
+        assert res["lane_calls"] > 0, (rank, res)
+    assert len({res["lane_calls"] for res in results}) == 1, results
+
+
+def test_allgather_rows_that_differ_are_negotiated_and_stay_exact():
+    results = ranks.run_program_ok(2, "fast_lane:allgather_rows_change_after_lane_calls", timeout=120)
+    for r in results:
+        assert r["wrong"] == [], results
+        # Every fourth call has unequal shapes and cannot run in the lane.
+        assert 0 < r["lane_calls"] <= 30, results
+    assert results[0]["lane_calls"] == results[1]["lane_calls"], results
 
 
 def test_a_broadcast_root_mismatch_after_lane_calls_is_reported_on_every_rank():

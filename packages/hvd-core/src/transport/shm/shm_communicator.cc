@@ -1032,6 +1032,28 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_broadcast(uint64_t key, uint6
   });
 }
 
+ShmCommunicator::LaneOutcome ShmCommunicator::lane_allgather(uint64_t key, uint64_t occurrence, const void* input,
+                                                             void* output, size_t bytes, Clock::duration wait) {
+  return lane_run(key, occurrence, input, bytes, wait, "allgather (fast lane)", [&] {
+    auto* out = static_cast<unsigned char*>(output);
+    for (int m = 0; m < size_; ++m) {
+      std::memcpy(out + static_cast<size_t>(m) * bytes, m == rank_ ? input : lane(m)->data, bytes);
+    }
+  });
+}
+
+ShmCommunicator::LaneOutcome ShmCommunicator::lane_reducescatter(uint64_t key, uint64_t occurrence,
+                                                                 const void* input, size_t total, void* output,
+                                                                 size_t offset, size_t count, DataType dtype,
+                                                                 ReduceOp op, Clock::duration wait) {
+  const size_t esize = dtype_size(dtype);
+  return lane_run(key, occurrence, input, total * esize, wait, "reducescatter (fast lane)", [&] {
+    std::vector<const void*>& srcs = lane_inputs_;
+    for (int m = 0; m < size_; ++m) srcs[static_cast<size_t>(m)] = lane(m)->data + offset * esize;
+    if (count > 0) reduce_many(output, srcs.data(), srcs.size(), count, dtype, op);
+  });
+}
+
 template <typename Finish>
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t occurrence, const void* payload,
                                                        size_t bytes, Clock::duration wait, const char* op,

@@ -65,6 +65,17 @@ class ShmCommunicator : public Communicator {
   // only when they differ).
   LaneOutcome lane_broadcast(uint64_t key, uint64_t occurrence, const void* input, void* output, size_t bytes,
                              int root, std::chrono::steady_clock::duration wait);
+  // The same for a small synchronous allgather of equal pieces: `output`
+  // (size() * `bytes`) ends with every member's `bytes` in member order.
+  LaneOutcome lane_allgather(uint64_t key, uint64_t occurrence, const void* input, void* output, size_t bytes,
+                             std::chrono::steady_clock::duration wait);
+  // The same for a small synchronous reducescatter: every member publishes
+  // its whole (prescaled) input of `total` elements; each reduces the
+  // `count` elements from `offset` of every member's, in member order, into
+  // `output`.
+  LaneOutcome lane_reducescatter(uint64_t key, uint64_t occurrence, const void* input, size_t total, void* output,
+                                 size_t offset, size_t count, DataType dtype, ReduceOp op,
+                                 std::chrono::steady_clock::duration wait);
   // This member is in hvd.join(): the others stop waiting for it in the lane.
   void set_lane_joined(bool joined);
 

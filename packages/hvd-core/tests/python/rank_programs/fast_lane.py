@@ -232,3 +232,86 @@ def broadcast_root_mismatch_after_warm_up_is_reported():
         return {"error": None, "warmed": warmed}
     except Exception as e:  # noqa: BLE001 - reported to the test
         return {"error": type(e).__name__, "message": str(e), "warmed": warmed}
+
+
+def allgathers_in_the_lane(rounds=3):
+    """Small allgathers of every dtype with the same shape on every rank: a
+    name is negotiated once and may then run in the lane; every call must
+    return the ranks' inputs of that call stacked in rank order, as a new
+    array (an earlier result keeps its values). Returns the failing cases and
+    the lane calls made."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+    before = lane_calls()
+    for dtype_name in DTYPES:
+        for shape in [(1,), (7, 3), (2, 1, 5), (4000,)]:
+            case = "%s.%s" % (dtype_name, shape)
+            kept = None
+            for call in range(rounds):
+                mine = _case_input(rank, shape, dtype_name, call)
+                want = np.concatenate([_case_input(r, shape, dtype_name, call) for r in range(size)])
+                got = hvd.allgather(mine, name="g." + case)
+                if got.dtype != want.dtype or got.shape != want.shape or got.tobytes() != want.tobytes():
+                    failures.append([case, call, "result"])
+                if kept is not None and kept[0].tobytes() != kept[1]:
+                    failures.append([case, call, "an earlier result changed"])
+                kept = (got, got.tobytes())
+                # A read-only input takes the checked path; the same name runs on.
+                frozen = mine.copy()
+                frozen.flags.writeable = False
+                if hvd.allgather(frozen, name="g." + case).tobytes() != want.tobytes():
+                    failures.append([case, call, "read-only input"])
+    return {"failures": failures, "lane_calls": lane_calls() - before}
+
+
+def allgather_rows_change_after_lane_calls(calls=40):
+    """After "rows" ran in the lane with 2 rows everywhere, rank 1 sends 3
+    rows on every fourth call: those calls cannot run in the lane (the shapes
+    differ) and are negotiated, with every rank's rows in the result; the
+    others still run in the lane."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    wrong = []
+    before = lane_calls()
+    for i in range(calls):
+        rows = [3 if (r == 1 and i % 4 == 3) else 2 for r in range(size)]
+        mine = np.full((rows[rank], 2), rank * 100 + i, np.int32)
+        got = hvd.allgather(mine, name="rows")
+        want = np.concatenate([np.full((rows[r], 2), r * 100 + i, np.int32) for r in range(size)])
+        if got.shape != want.shape or not np.array_equal(got, want):
+            wrong.append([i, got.tolist()])
+    return {"wrong": wrong, "lane_calls": lane_calls() - before}
+
+
+def reducescatters_in_the_lane(rounds=3):
+    """Small reducescatters of every dtype, op and scale, with row counts
+    that split evenly and unevenly (and leave some ranks no rows): a name
+    negotiated once may then run in the lane and must give the bytes a name
+    negotiated every time gives. Returns the failing cases and the lane
+    calls made."""
+    hvd.init()
+    rank = hvd.rank()
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
+    failures = []
+    before = lane_calls()
+    for dtype_name in DTYPES:
+        for shape in [(1,), (7, 3), (6,), (1000, 4)]:
+            for opname, op in ops.items():
+                if dtype_name == "bool" and opname == "Average":
+                    continue
+                scales = [(1.0, 1.0)]
+                if dtype_name.startswith("float") or dtype_name == "bfloat16":
+                    scales.append((0.5, 3.0))
+                for pre, post in scales:
+                    case = "%s.%s.%s.%s.%s" % (dtype_name, opname, shape, pre, post)
+                    for call in range(rounds):
+                        x = _case_input(rank, shape, dtype_name, call)
+                        fresh = hvd.reducescatter(x, op=op, name="fresh.%s.%d" % (case, call),
+                                                  prescale_factor=pre, postscale_factor=post)
+                        lane = hvd.reducescatter(x, op=op, name="lane." + case,
+                                                 prescale_factor=pre, postscale_factor=post)
+                        if (lane.dtype != fresh.dtype or lane.shape != fresh.shape
+                                or lane.tobytes() != fresh.tobytes()):
+                            failures.append([case, call])
+    return {"failures": failures, "lane_calls": lane_calls() - before}
