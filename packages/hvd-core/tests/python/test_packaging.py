@@ -281,6 +281,8 @@ int main(void) {
   FIELD(DLTensor, data); FIELD(DLTensor, device); FIELD(DLTensor, ndim); FIELD(DLTensor, dtype);
   FIELD(DLTensor, shape); FIELD(DLTensor, strides); FIELD(DLTensor, byte_offset);
   SIZE(DLTensor, sizeof(DLTensor));
+  FIELD(DLManagedTensor, dl_tensor); FIELD(DLManagedTensor, manager_ctx); FIELD(DLManagedTensor, deleter);
+  SIZE(DLManagedTensor, sizeof(DLManagedTensor));
   FIELD(hvd_tensor_args, input); FIELD(hvd_tensor_args, output); FIELD(hvd_tensor_args, splits);
   FIELD(hvd_tensor_args, num_splits); FIELD(hvd_tensor_args, name); FIELD(hvd_tensor_args, name_len);
   SIZE(hvd_tensor_args, HVD_TENSOR_ARGS_STRUCT_SIZE);
@@ -343,6 +345,12 @@ def test_packed_argument_layouts_match_the_header(c_layouts):
     assert [dl[0], dl[1], dl[3], dl[4], dl[7], dl[8], dl[9]] == [
         c_layouts["DLTensor." + f] for f in ("data", "device", "ndim", "dtype", "shape", "strides", "byte_offset")]
     assert engine_calls._DLTENSOR.size == c_layouts["DLTensor"][1]
+    # read_owned unpacks a result's whole DLManagedTensor: the DLTensor's fields, manager_ctx, deleter
+    managed = _offsets(engine_calls._MANAGED)
+    assert managed[:10] == dl and managed[10:] == [
+        c_layouts["DLManagedTensor.manager_ctx"], c_layouts["DLManagedTensor.deleter"]]
+    assert c_layouts["DLManagedTensor.dl_tensor"] == 0
+    assert engine_calls._MANAGED.size == c_layouts["DLManagedTensor"][1]
     ta = _offsets(engine_calls._TENSOR_ARGS)
     assert ta[1:] == [c_layouts["hvd_tensor_args." + f] for f in ("input", "output", "splits", "num_splits", "name",
                                                                    "name_len")]

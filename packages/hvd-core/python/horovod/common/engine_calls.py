@@ -11,9 +11,11 @@ import threading
 import time
 
 from horovod.common import c_api
+from horovod.common.exceptions import HorovodInternalError
 
 __all__ = ["ENGINE_ALLOCATED_ALLREDUCE_BYTES", "TensorDesc", "enqueue", "HandleManager", "full_name",
-           "group_tensor_names", "copy_owned_result", "adopt_owned_result", "owned_result_memory", "received_splits"]
+           "group_tensor_names", "copy_owned_result", "adopt_owned_result", "OwnedResultMemory", "owned_address",
+           "read_owned", "free_owned", "received_splits"]
 
 # Out-of-place allreduces from this size up let the engine allocate their
 # result, from its pool of reused blocks (HostResultPool), instead of writing
@@ -311,12 +313,17 @@ class _ThreadSync:
     like (horovod.common.collectives keeps its call sites' argument blocks
     there)."""
 
-    __slots__ = ("slot", "slot_ref", "blocks")
+    __slots__ = ("slot", "slot_ref", "blocks", "result", "result_ref", "result_output")
 
     def __init__(self):
         self.slot = ctypes.c_void_p()
         self.slot_ref = ctypes.byref(self.slot)
         self.blocks = {}
+        # run_sync_owned's hvd_result, reused; result_output reads its
+        # `output` as an address without building a ctypes pointer object.
+        self.result = c_api.Result(struct_size=ctypes.sizeof(c_api.Result))
+        self.result_ref = ctypes.byref(self.result)
+        self.result_output = ctypes.c_void_p.from_buffer(self.result, c_api.Result.output.offset)
 
 
 def thread_sync():
@@ -377,49 +384,80 @@ def call_sync(base, keepalive, state=None):
         c_api.check(err)
 
 
-_raw_enqueue = None
-
-
 def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, reduce_op=1, prescale_factor=1.0,
                    postscale_factor=1.0):
     """run_sync for a single-tensor collective whose result the engine
     allocates (allgather, reducescatter): enqueues, waits and returns the
-    hvd_result of the finished operation, whose `output` the caller now owns
-    (owned_result_memory, adopt_owned_result). Skips the integer handle's
-    bookkeeping, closures and the general argument-block key, which cost a
-    small allgather twice the engine's own time.
+    address of the finished operation's result (a DLManagedTensor), which the
+    caller now owns (read_owned, adopt_owned_result). Skips the integer
+    handle's bookkeeping, closures and the general argument-block key, which
+    cost a small allgather twice the engine's own time.
 
     Raises the operation's error; an interrupted wait leaves the operation to
     complete with `keepalive` referenced, as run_sync does.
     """
-    global _raw_enqueue
     base = _filled_sync_block(collective, desc_in, None, name, process_set_id, reduce_op, 0, prescale_factor,
                               postscale_factor)
+    return call_sync_owned(base, keepalive)
+
+
+_owned_calls = None
+
+
+def _raw_owned_calls():
+    """hvd_enqueue, hvd_handle_wait, hvd_handle_get_result and
+    hvd_handle_release declared without argtypes (see raw_enqueue_wait)."""
+    global _owned_calls
+    if _owned_calls is None:
+        library = c_api.lib()
+        functions = []
+        for name, restype in (("hvd_enqueue", ctypes.c_void_p), ("hvd_handle_wait", ctypes.c_void_p),
+                              ("hvd_handle_get_result", ctypes.c_void_p), ("hvd_handle_release", None)):
+            function = library[name]  # a new function object: lib()'s declared one keeps its argtypes
+            function.restype = restype
+            functions.append(function)
+        _owned_calls = tuple(functions)
+    return _owned_calls
+
+
+def call_sync_owned(base, keepalive, state=None):
+    """run_sync_owned for a packed block at `base` (a c_void_p; its input
+    pointer filled in): returns the result's DLManagedTensor address."""
     library = c_api.lib()
     if _abandoned:
         _release_finished_abandoned(library)
-    if _raw_enqueue is None:
-        function = library["hvd_enqueue"]  # no argtypes: see raw_enqueue_wait
-        function.restype = ctypes.c_void_p
-        _raw_enqueue = function
-    state = thread_sync()
-    state.slot.value = None
-    err = _raw_enqueue(base, state.slot_ref)
+    if state is None:
+        state = thread_sync()
+    enqueue, wait, get_result, release = _owned_calls or _raw_owned_calls()
+    slot = state.slot
+    slot.value = None
+    err = enqueue(base, state.slot_ref)
     if err:
         c_api.check(err)
-    handle = state.slot.value
+    # Every call below passes `slot` (a c_void_p) as the handle: without
+    # argtypes, ctypes would pass a Python int as a 32-bit C int.
     try:
-        err = _wait(library, handle)
+        err = wait(slot, _SLICE)
+        if err and library.hvd_error_get_code(err) == c_api.ERROR_TIMEOUT:
+            library.hvd_error_destroy(err)
+            err = _wait(library, slot.value)
     except BaseException:
         with _abandoned_lock:
-            _abandoned[handle] = keepalive
+            _abandoned[slot.value] = keepalive
         raise
     try:
         if err:
             c_api.check(err)
-        return result(handle)
+        state.result.tensor_index = 0
+        err = get_result(slot, state.result_ref)
+        if err:
+            c_api.check(err)
+        managed = state.result_output.value
+        if not managed:  # never for allgather or reducescatter; read_owned must not be given 0
+            raise HorovodInternalError("the finished collective returned no result")
+        return managed
     finally:
-        library.hvd_handle_release(handle)
+        release(slot)
 
 
 def result(handle, index=0):
@@ -429,24 +467,58 @@ def result(handle, index=0):
     return res
 
 
-def copy_owned_result(res, allocate):
-    """Copies the host-memory result the core allocated (`res`, an hvd_result)
-    into an array of the caller's framework, then frees the core's copy.
+def owned_address(res):
+    """The address of the DLManagedTensor of an hvd_result's core-allocated
+    output (0 for none): what the functions below take."""
+    return ctypes.cast(res.output, ctypes.c_void_p).value or 0
+
+
+# A DLManagedTensor on LP64: the DLTensor (_DLTENSOR), manager_ctx, deleter.
+_MANAGED = struct.Struct("<QiiiBBHQQQQQ")
+_MANAGED_AT = (ctypes.c_char * _MANAGED.size).from_address  # a view, for unpack_from: no copy
+_SHAPES = {}  # ndim -> (Struct of that many int64, from_address of a view of them)
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_deleters = {}  # deleter address -> callable (one per library that allocates results)
+
+
+def read_owned(managed):
+    """(data address, shape, byte count, DLPack device type, deleter address)
+    of the core-allocated result at `managed`: one read of the header instead
+    of a ctypes object per field."""
+    (data, device_type, _, ndim, _, bits, lanes, shape_at, _, byte_offset, _,
+     deleter) = _MANAGED.unpack_from(_MANAGED_AT(managed))
+    shape = ()
+    if ndim:
+        layout = _SHAPES.get(ndim)
+        if layout is None:
+            layout = _SHAPES[ndim] = (struct.Struct("<%dq" % ndim), (ctypes.c_int64 * ndim).from_address)
+        shape = layout[0].unpack_from(layout[1](shape_at))
+    count = 1
+    for extent in shape:
+        count *= extent
+    return data + byte_offset, shape, count * ((bits * lanes + 7) // 8), device_type, deleter
+
+
+def free_owned(managed, deleter):
+    """Frees the core-allocated result at `managed` with its deleter (an address, from read_owned)."""
+    function = _deleters.get(deleter)
+    if function is None:
+        function = _deleters[deleter] = _DELETER(deleter)
+    function(managed)
+
+
+def copy_owned_result(managed, allocate):
+    """Copies the host-memory result the core allocated (at `managed`) into
+    an array of the caller's framework, then frees the core's copy.
 
     `allocate(shape)` returns a new contiguous array of the result's dtype and
     its data address; that array is returned.
     """
-    managed = res.output.contents
-    dl = managed.dl_tensor
-    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    data, shape, nbytes, _, deleter = read_owned(managed)
     out, address = allocate(shape)
-    count = 1
-    for extent in shape:
-        count *= extent
-    nbytes = count * ((dl.dtype.bits * dl.dtype.lanes + 7) // 8)
     if nbytes:
-        ctypes.memmove(address, dl.data, nbytes)
-    managed.deleter(res.output)
+        ctypes.memmove(address, data, nbytes)
+    free_owned(managed, deleter)
     return out
 
 
@@ -460,9 +532,9 @@ _PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _DLTENSOR_NAME = b"dltensor"
 
 
-def adopt_owned_result(res, from_dlpack, allocate):
-    """The host-memory result the core allocated (`res`, an hvd_result) as an
-    array of the caller's framework over the same memory, without a copy.
+def adopt_owned_result(managed, from_dlpack, allocate):
+    """The host-memory result the core allocated (at `managed`) as an array
+    of the caller's framework over the same memory, without a copy.
 
     `from_dlpack(capsule)` turns a DLPack "dltensor" capsule into the
     framework's array; the framework then owns the memory and calls the
@@ -470,56 +542,35 @@ def adopt_owned_result(res, from_dlpack, allocate):
     allgather or alltoall result is thereby written once, by the transport,
     instead of being copied into a second fresh allocation (whose page faults
     cost as much as the copy). Should the importer refuse the capsule without
-    taking it, a host result is copied with `copy_owned_result(res, allocate)`.
+    taking it, a host result is copied with `copy_owned_result(managed, allocate)`.
     """
-    capsule = _PyCapsule_New(ctypes.cast(res.output, ctypes.c_void_p), _DLTENSOR_NAME, None)
+    capsule = _PyCapsule_New(managed, _DLTENSOR_NAME, None)
     try:
         return from_dlpack(capsule)
     except (TypeError, ValueError, BufferError, RuntimeError):
         # A consumed capsule is renamed "used_dltensor": the importer owns the
         # memory then, and its error is the caller's to see.
-        if (not _PyCapsule_IsValid(capsule, _DLTENSOR_NAME)
-                or res.output.contents.dl_tensor.device.device_type != c_api.kDLCPU):
+        if not _PyCapsule_IsValid(capsule, _DLTENSOR_NAME) or read_owned(managed)[3] != c_api.kDLCPU:
             raise
-        return copy_owned_result(res, allocate)
+        return copy_owned_result(managed, allocate)
 
 
-class _OwnedResultMemory:
-    """A core-allocated host result's bytes, seen through the array interface
-    protocol (a flat, writable uint8 array); frees the result when the last
-    array over it is gone."""
-    __slots__ = ("managed", "__array_interface__")
+class OwnedResultMemory:
+    """A core-allocated host result's bytes (at `address`, from read_owned),
+    seen through the array interface protocol: a flat, writable uint8 array.
+    It owns the result (`managed`) and frees it when the last array over it
+    (``np.asarray``, views) is gone. numpy would mark an array imported from a
+    DLPack capsule read-only, and a ctypes array type per result size would
+    pile up in ctypes' type cache."""
+    __slots__ = ("managed", "deleter", "__array_interface__")
 
-    def __init__(self, managed, address, nbytes):
+    def __init__(self, managed, deleter, address, nbytes):
         self.managed = managed
+        self.deleter = deleter
         self.__array_interface__ = {"data": (address, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
     def __del__(self):
-        self.managed.contents.deleter(self.managed)
-
-
-def owned_result_memory(res):
-    """The host-memory result the core allocated (`res`, an hvd_result) as an
-    object exposing its bytes through ``__array_interface__`` (flat, uint8,
-    writable), and the result's shape.
-
-    The object owns the result from then on: the result is freed when the
-    object and every array made over it (``np.asarray``, views) are gone.
-    numpy would mark an array imported from a DLPack capsule read-only, and a
-    ctypes array type per result size would pile up in ctypes' type cache.
-    Returns (None, shape) for an empty result, which is freed at once.
-    """
-    managed = res.output
-    dl = managed.contents.dl_tensor
-    shape = tuple(dl.shape[i] for i in range(dl.ndim))
-    count = 1
-    for extent in shape:
-        count *= extent
-    nbytes = count * ((dl.dtype.bits * dl.dtype.lanes + 7) // 8)
-    if nbytes == 0:
-        managed.contents.deleter(managed)
-        return None, shape
-    return _OwnedResultMemory(managed, dl.data, nbytes), shape
+        free_owned(self.managed, self.deleter)
 
 
 def received_splits(res):

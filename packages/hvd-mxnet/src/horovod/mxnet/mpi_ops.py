@@ -14,7 +14,7 @@ from horovod.common import _basics  # noqa: F401  (Horovod code imports mpi_ops.
 from horovod.common import c_api
 from horovod.common import collectives as _np_collectives
 from horovod.common.basics import Adasum, Average, HorovodBasics, Max, Min, Product, Sum  # noqa: F401
-from horovod.common.engine_calls import copy_owned_result, group_tensor_names, received_splits, result
+from horovod.common.engine_calls import copy_owned_result, group_tensor_names, owned_address, received_splits, result
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                          remove_process_set)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -192,7 +192,7 @@ def _owned_result(handle, index, like):
         out = mx.nd.empty(shape, ctx=like.context, dtype=like.dtype)
         return out, _bridge.data_pointer(out)
 
-    return copy_owned_result(res, allocate), splits
+    return copy_owned_result(owned_address(res), allocate), splits
 
 
 def _run_gather_like(collective, collective_name, tensors, name, priority, process_set, **enqueue_args):

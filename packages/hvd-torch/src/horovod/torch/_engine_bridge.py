@@ -22,7 +22,7 @@ from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMis
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.engine_calls import ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync, sync_template, thread_sync
 from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
-                                    received_splits, result, run_sync, run_sync_owned)
+                                    owned_address, received_splits, result, run_sync, run_sync_owned)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
 
 
@@ -295,11 +295,11 @@ def _owned_result_to_torch(c_handle, index, dtype, device):
     """The core-allocated result of tensor `index` as a tensor that takes the
     memory over (see _result_to_torch), and its hvd_result."""
     res = result(c_handle, index)
-    return _result_to_torch(res, dtype, device), res
+    return _result_to_torch(owned_address(res), dtype, device), res
 
 
-def _result_to_torch(res, dtype, device):
-    """The core-allocated result (an hvd_result) as a tensor that takes the
+def _result_to_torch(managed, dtype, device):
+    """The core-allocated result (at `managed`, a DLManagedTensor) as a tensor that takes the
     memory over (DLPack; no copy, on a GPU or in host memory). A result
     torch's DLPack importer refuses is copied into a new tensor and the
     original freed."""
@@ -307,7 +307,7 @@ def _result_to_torch(res, dtype, device):
         out = torch.empty(shape, dtype=dtype)
         return out, out.data_ptr()
 
-    out = adopt_owned_result(res, torch.utils.dlpack.from_dlpack, allocate)
+    out = adopt_owned_result(managed, torch.utils.dlpack.from_dlpack, allocate)
     if out.dtype != dtype:
         out = out.view(dtype)
     if out.device.type == "cpu" and device.type != "cpu":
@@ -369,9 +369,9 @@ def _owned_result_now(collective, collective_name, tensor, name, process_set, re
             and (name is None or type(name) is str)):
         # The synchronous path without an integer handle (as allreduce's):
         # half the Python cost of a small call.
-        res = _run_sync_owned(collective, _describe(tensor), full_name(collective_name, name),
-                              _process_set_id(process_set), tensor, reduce_op, prescale_factor, postscale_factor)
-        return _result_to_torch(res, tensor.dtype, tensor.device)
+        managed = _run_sync_owned(collective, _describe(tensor), full_name(collective_name, name),
+                                  _process_set_id(process_set), tensor, reduce_op, prescale_factor, postscale_factor)
+        return _result_to_torch(managed, tensor.dtype, tensor.device)
     return _handles_synchronize(_gather_like_async(collective, collective_name, [tensor], name, process_set, True,
                                                    reduce_op, prescale_factor, postscale_factor, caller_waits=True))
 

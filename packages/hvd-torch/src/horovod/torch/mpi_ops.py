@@ -874,7 +874,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     under the same name, and no data moves before every rank has submitted it. Without a `name`, the
     engine generates one from a running counter.
 
-    The call goes through an autograd function, so for inputs that require gradients the result is
+    For inputs that require gradients the call goes through an autograd function, so the result is
     part of the graph and gradients flow back through the operation.
 
     The result has the rank and trailing dimensions of `tensor`; its first dimension is this rank's
@@ -897,6 +897,9 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
         the reduction (an average with the default op, a sum with op=Sum); only its first
         dimension differs from the input's.
     """
+    if compression is Compression.none and not _needs_grad(tensor):
+        return _owned_result_now(c_api.REDUCESCATTER, "reducescatter", tensor, name, process_set, op,
+                                 prescale_factor, postscale_factor)
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = HorovodReducescatter.apply(tensor_compressed, name, op, process_set, prescale_factor,
                                          postscale_factor)
