@@ -34,12 +34,32 @@ def lane_gives_the_bits_of_negotiation(rounds=3):
     cases and the number of lane calls made."""
     hvd.init()
     rank = hvd.rank()
-    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
     failures = []
     expected_lane = 0
     before = lane_calls()
+    for dtype_name, shape, op, pre, post, case in _reduction_cases([(1,), (7, 3), (256,), (4000,)]):
+        for call in range(rounds):
+            x = _case_input(rank, shape, dtype_name, call)
+            fresh = hvd.allreduce(x, op=op, name="fresh.%s.%d" % (case, call),
+                                  prescale_factor=pre, postscale_factor=post)
+            lane = hvd.allreduce(x, op=op, name="lane." + case, prescale_factor=pre, postscale_factor=post)
+            inplace = x.copy()
+            hvd.allreduce_(inplace, op=op, name="lane_.%s" % case, prescale_factor=pre, postscale_factor=post)
+            if call > 0:
+                expected_lane += 2
+            for label, got in (("out_of_place", lane), ("in_place", inplace)):
+                if got.dtype != fresh.dtype or got.tobytes() != fresh.tobytes():
+                    failures.append([case, call, label])
+    return {"failures": failures, "lane_calls": lane_calls() - before, "expected_at_most": expected_lane}
+
+
+def _reduction_cases(shapes):
+    """(dtype name, shape, op, prescale, postscale, case label) for every
+    dtype, shape, op and pair of scale factors (floats only) a reduction
+    lane test covers."""
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
     for dtype_name in DTYPES:
-        for shape in [(1,), (7, 3), (256,), (4000,)]:
+        for shape in shapes:
             for opname, op in ops.items():
                 if dtype_name == "bool" and opname == "Average":
                     continue
@@ -47,22 +67,7 @@ def lane_gives_the_bits_of_negotiation(rounds=3):
                 if dtype_name.startswith("float") or dtype_name == "bfloat16":
                     scales.append((0.5, 3.0))
                 for pre, post in scales:
-                    case = "%s.%s.%s.%s.%s" % (dtype_name, opname, shape, pre, post)
-                    for call in range(rounds):
-                        x = _case_input(rank, shape, dtype_name, call)
-                        fresh = hvd.allreduce(x, op=op, name="fresh.%s.%d" % (case, call),
-                                              prescale_factor=pre, postscale_factor=post)
-                        lane = hvd.allreduce(x, op=op, name="lane." + case,
-                                             prescale_factor=pre, postscale_factor=post)
-                        inplace = x.copy()
-                        hvd.allreduce_(inplace, op=op, name="lane_.%s" % case,
-                                       prescale_factor=pre, postscale_factor=post)
-                        if call > 0:
-                            expected_lane += 2
-                        for label, got in (("out_of_place", lane), ("in_place", inplace)):
-                            if got.dtype != fresh.dtype or got.tobytes() != fresh.tobytes():
-                                failures.append([case, call, label])
-    return {"failures": failures, "lane_calls": lane_calls() - before, "expected_at_most": expected_lane}
+                    yield dtype_name, shape, op, pre, post, "%s.%s.%s.%s.%s" % (dtype_name, opname, shape, pre, post)
 
 
 def tight_loop(calls=2000, name="loop", check_every=1):
@@ -292,26 +297,14 @@ def reducescatters_in_the_lane(rounds=3):
     calls made."""
     hvd.init()
     rank = hvd.rank()
-    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
     failures = []
     before = lane_calls()
-    for dtype_name in DTYPES:
-        for shape in [(1,), (7, 3), (6,), (1000, 4)]:
-            for opname, op in ops.items():
-                if dtype_name == "bool" and opname == "Average":
-                    continue
-                scales = [(1.0, 1.0)]
-                if dtype_name.startswith("float") or dtype_name == "bfloat16":
-                    scales.append((0.5, 3.0))
-                for pre, post in scales:
-                    case = "%s.%s.%s.%s.%s" % (dtype_name, opname, shape, pre, post)
-                    for call in range(rounds):
-                        x = _case_input(rank, shape, dtype_name, call)
-                        fresh = hvd.reducescatter(x, op=op, name="fresh.%s.%d" % (case, call),
-                                                  prescale_factor=pre, postscale_factor=post)
-                        lane = hvd.reducescatter(x, op=op, name="lane." + case,
-                                                 prescale_factor=pre, postscale_factor=post)
-                        if (lane.dtype != fresh.dtype or lane.shape != fresh.shape
-                                or lane.tobytes() != fresh.tobytes()):
-                            failures.append([case, call])
+    for dtype_name, shape, op, pre, post, case in _reduction_cases([(1,), (7, 3), (6,), (1000, 4)]):
+        for call in range(rounds):
+            x = _case_input(rank, shape, dtype_name, call)
+            fresh = hvd.reducescatter(x, op=op, name="fresh.%s.%d" % (case, call),
+                                      prescale_factor=pre, postscale_factor=post)
+            lane = hvd.reducescatter(x, op=op, name="lane." + case, prescale_factor=pre, postscale_factor=post)
+            if lane.dtype != fresh.dtype or lane.shape != fresh.shape or lane.tobytes() != fresh.tobytes():
+                failures.append([case, call])
     return {"failures": failures, "lane_calls": lane_calls() - before}
