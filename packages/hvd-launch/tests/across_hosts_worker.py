@@ -2,7 +2,7 @@
 whole job and on process sets whose members sit on different hosts, checked against
 what the ranks' inputs make the answer; prints one REPORT line as JSON.
 
-    python across_hosts_worker.py [--digest] [--mb N] [--hold-seconds S --raised-dir DIR]
+    python across_hosts_worker.py [--digest] [--mb N] [--hold-seconds S --raised-dir DIR] [--tuning-steps N]
 
 --digest adds a SHA-256 of the results of a few collectives (a 4 MiB allreduce among
 them) to the report, for comparing jobs run with different settings.
@@ -11,6 +11,8 @@ them) to the report, for comparing jobs run with different settings.
 loop for S seconds, printing a STEP line per step (the fault tests cut hosts during it).
 A rank whose collective raises there writes when and what to DIR/raised.<rank>.json
 (the hosts share this machine's file system) and exits with status 1.
+--tuning-steps N first runs N checked training-like steps (three allreduces in flight
+at once, then an allgather), for HOROVOD_AUTOTUNE to sample while it switches settings.
 """
 
 import argparse
@@ -87,6 +89,19 @@ def results_digest():
     return h.hexdigest()
 
 
+def tuning_steps(steps):
+    """Steps of three 64 KiB allreduces in flight together and an allgather, each result checked."""
+    me, n = hvd.rank(), hvd.size()
+    for step in range(steps):
+        handles = [hvd.allreduce_async(np.full(16384, float(me + k + step), np.float32), op=hvd.Sum,
+                                       name=f"tune.grad{k}") for k in range(3)]
+        for k, handle in enumerate(handles):
+            got = hvd.synchronize(handle)
+            expect(np.all(got == sum(r + k + step for r in range(n))), f"tuning step {step} allreduce {k}")
+        got = hvd.allgather(np.full((2, 3), me + step, np.int32), name="tune.gather")
+        expect(got[:, 0].tolist() == [r + step for r in range(n) for _ in range(2)], f"tuning step {step} allgather")
+
+
 def lane_calls_of_small_allreduces(ps, tag, calls=200):
     """How many of `calls` small synchronous allreduces on `ps` ran in the
     same-host fast lane (which only sets whose ranks share a host have)."""
@@ -104,6 +119,7 @@ def main():
     parser.add_argument("--mb", type=int, default=0)
     parser.add_argument("--hold-seconds", type=float, default=0.0)
     parser.add_argument("--raised-dir")
+    parser.add_argument("--tuning-steps", type=int, default=0)
     args = parser.parse_args()
     os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # the sets below depend on the size
     hvd.init()
@@ -114,6 +130,7 @@ def main():
         spans.append(hvd.add_process_set([1, 2]))
     # Ranks 0 and 1, on the first host whenever it has two slots.
     first_host = hvd.add_process_set([0, 1]) if size >= 4 else None
+    tuning_steps(args.tuning_steps)
     check_collectives(hvd.global_process_set, "global")
     for i, ps in enumerate(spans):
         check_collectives(ps, f"set{i}")

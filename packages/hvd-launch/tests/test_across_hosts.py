@@ -5,6 +5,7 @@ protected data plane (HOROVOD_DATA_AUTH / HOROVOD_DATA_ENCRYPT), uneven
 slots, the launcher's own machine with remote hosts, host files, environment
 forwarding, --mpi, NIC selection, and what happens when a host is cut off or lost."""
 
+import csv
 import json
 import os
 import re
@@ -56,6 +57,29 @@ def test_two_hosts_of_two_ranks_run_every_collective(fake_hosts, tmp_path, hiera
         assert "HIERARCHICAL" in " ".join(activities), activities
     else:
         assert not any("HIERARCHICAL" in a for a in activities), activities
+
+
+def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_rank_alike(fake_hosts, tmp_path):
+    # With hosts to stage across, autotune also tries hierarchical allreduce and
+    # allgather the other way; every rank must switch at the same response, or
+    # the ranks would run different algorithms and the checked steps fail or hang.
+    fake_hosts(2)
+    log = tmp_path / "autotune.csv"
+    env = base_env(HOROVOD_AUTOTUNE="1", HOROVOD_AUTOTUNE_LOG=str(log), HOROVOD_AUTOTUNE_WARMUP_SAMPLES="0",
+                   HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="1", HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="2")
+    result = _run(["-np", 4, "-H", "fh1:2,fh2:2", sys.executable, WORKER, "--tuning-steps", 80], env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _reports(result, 4)
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    staging = [(row["hierarchical_allreduce"], row["hierarchical_allgather"]) for row in rows]
+    # Two settings of fusion threshold and cycle time and the cache the other
+    # way, all staged as the job started; then hierarchical allreduce flipped
+    # around the best, then hierarchical allgather; then the best.
+    assert len(rows) == 6, rows
+    assert staging[:4] == [("1", "1")] * 3 + [("0", "1")], rows
+    assert staging[4][1] == "0", rows
+    assert staging[5] in staging[:5] and float(rows[5]["score"]) == max(float(r["score"]) for r in rows[:5]), rows
 
 
 def test_protected_data_plane_across_hosts_gives_the_results_of_an_unprotected_one(fake_hosts):

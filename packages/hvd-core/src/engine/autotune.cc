@@ -38,11 +38,11 @@ std::array<double, 2> to_unit(const TunedSettings& s) {
           std::clamp((ms - kAutotuneMinCycleMs) / (kAutotuneMaxCycleMs - kAutotuneMinCycleMs), 0.0, 1.0)};
 }
 
-TunedSettings from_unit(const std::array<double, 2>& p, bool cache_enabled) {
-  TunedSettings s;
+// `p` for the fusion threshold and cycle time; the on/off knobs from `base`.
+TunedSettings from_unit(const std::array<double, 2>& p, const TunedSettings& base) {
+  TunedSettings s = base;
   s.fusion_threshold_bytes = static_cast<int64_t>(std::llround(p[0] * kAutotuneMaxFusionMiB * 1024 * 1024));
   s.cycle_time_seconds = (kAutotuneMinCycleMs + p[1] * (kAutotuneMaxCycleMs - kAutotuneMinCycleMs)) / 1000.0;
-  s.cache_enabled = cache_enabled;
   return s;
 }
 
@@ -112,11 +112,9 @@ double GaussianProcess::expected_improvement(const std::array<double, 2>& p) con
   return gain * cdf + sd * pdf;
 }
 
-Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool hierarchical_allreduce,
-                     bool hierarchical_allgather)
+Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable)
     : config_(config),
-      hierarchical_allreduce_(hierarchical_allreduce),
-      hierarchical_allgather_(hierarchical_allgather),
+      staging_switchable_(staging_switchable),
       current_(initial),
       best_(initial),
       warmups_left_(std::max(0, config.warmup_samples)) {
@@ -127,7 +125,7 @@ Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial,
   // square; the Gaussian process takes over from there.
   seeds_.push_back(initial);
   for (auto p : {std::array<double, 2>{0.125, 0.0}, {0.5, 0.1}, {0.03, 0.0}, {1.0, 0.3}}) {
-    seeds_.push_back(from_unit(p, initial.cache_enabled));
+    seeds_.push_back(from_unit(p, initial));
   }
   if (!config_.tune_fusion_and_cycle) {
     seeds_ = {initial};
@@ -146,13 +144,14 @@ Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial,
   }
   if (warmups_left_ == 0) phase_ = Phase::kJoint;
   HVD_LOG(kInfo, "autotune: searching fusion threshold 0-64 MiB and cycle time 1-100 ms ("
-                     << config_.max_samples << " settings), then the response cache; "
+                     << config_.max_samples << " settings), then the response cache"
+                     << (staging_switchable_ ? " and hierarchical allreduce and allgather" : "") << "; "
                      << config_.steps_per_sample << " steps per sample");
 }
 
 void Autotuner::log_row(const TunedSettings& s, double score) {
   if (!log_) return;
-  log_ << (hierarchical_allreduce_ ? 1 : 0) << "," << (hierarchical_allgather_ ? 1 : 0) << ",0,"
+  log_ << (s.hierarchical_allreduce ? 1 : 0) << "," << (s.hierarchical_allgather ? 1 : 0) << ",0,"
        << (s.cache_enabled ? 1 : 0) << "," << s.cycle_time_seconds * 1000.0 << ","
        << static_cast<double>(s.fusion_threshold_bytes) / (1024.0 * 1024.0) << "," << score << "\n";
   log_.flush();
@@ -192,9 +191,7 @@ bool Autotuner::observe(const std::vector<Response>& responses, Clock::time_poin
   sub_scores_.clear();
   const TunedSettings before = current_;
   scored(median);
-  const bool changed = before.fusion_threshold_bytes != current_.fusion_threshold_bytes ||
-                       before.cycle_time_seconds != current_.cycle_time_seconds ||
-                       before.cache_enabled != current_.cache_enabled;
+  const bool changed = !(before == current_);
   skip_next_ = changed;
   return changed;
 }
@@ -212,21 +209,40 @@ void Autotuner::scored(double score) {
       current_ = tried < seeds_.size() ? seeds_[tried] : next_joint_candidate();
       return;
     }
-    if (config_.tune_cache) {
-      phase_ = Phase::kCache;
-      current_ = best_;
-      current_.cache_enabled = !best_.cache_enabled;
-      return;
-    }
   }
-  // The search is over (the cache was tried the other way): keep the best.
+  if (next_switch()) return;
+  // The search is over (every on/off knob was tried the other way): keep the best.
   phase_ = Phase::kDone;
   current_ = best_;
   log_row(best_, best_score_);
-  HVD_LOG(kInfo, "autotune: done; fusion threshold " << best_.fusion_threshold_bytes << " bytes, cycle time "
-                                                     << best_.cycle_time_seconds * 1000.0 << " ms, cache "
-                                                     << (best_.cache_enabled ? "on" : "off") << " (" << best_score_
-                                                     << " bytes/us)");
+  HVD_LOG(kInfo, "autotune: done; fusion threshold "
+                     << best_.fusion_threshold_bytes << " bytes, cycle time " << best_.cycle_time_seconds * 1000.0
+                     << " ms, cache " << (best_.cache_enabled ? "on" : "off") << ", hierarchical allreduce "
+                     << (best_.hierarchical_allreduce ? "on" : "off") << ", hierarchical allgather "
+                     << (best_.hierarchical_allgather ? "on" : "off") << " (" << best_score_ << " bytes/us)");
+}
+
+bool Autotuner::next_switch() {
+  while (phase_ != Phase::kDone) {
+    phase_ = phase_ == Phase::kJoint                    ? Phase::kCache
+             : phase_ == Phase::kCache                  ? Phase::kHierarchicalAllreduce
+             : phase_ == Phase::kHierarchicalAllreduce  ? Phase::kHierarchicalAllgather
+                                                        : Phase::kDone;
+    current_ = best_;
+    if (phase_ == Phase::kCache && config_.tune_cache) {
+      current_.cache_enabled = !best_.cache_enabled;
+      return true;
+    }
+    if (phase_ == Phase::kHierarchicalAllreduce && staging_switchable_ && config_.tune_hierarchical_allreduce) {
+      current_.hierarchical_allreduce = !best_.hierarchical_allreduce;
+      return true;
+    }
+    if (phase_ == Phase::kHierarchicalAllgather && staging_switchable_ && config_.tune_hierarchical_allgather) {
+      current_.hierarchical_allgather = !best_.hierarchical_allgather;
+      return true;
+    }
+  }
+  return false;
 }
 
 TunedSettings Autotuner::next_joint_candidate() const {
@@ -255,7 +271,7 @@ TunedSettings Autotuner::next_joint_candidate() const {
       best_point = p;
     }
   }
-  return from_unit(best_point, current_.cache_enabled);
+  return from_unit(best_point, current_);
 }
 
 }  // namespace hvd

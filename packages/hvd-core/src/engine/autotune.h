@@ -1,12 +1,14 @@
 // autotune.h - HOROVOD_AUTOTUNE: while the job trains, the coordinator of
 // the global process set tries settings of the knobs it owns (fusion
-// threshold, cycle time, response cache), scores each by the bytes it
-// releases per second, and keeps the best. The fusion threshold and cycle
+// threshold, cycle time, response cache, and for a set spanning hosts
+// whether allreduce and allgather run in stages), scores each by the bytes
+// it releases per second, and keeps the best. The fusion threshold and cycle
 // time are searched together by Bayesian optimisation (a Gaussian process
 // over the scores so far, the next point where the expected improvement is
-// largest); the cache is then tried on and off. Every knob acts only where
-// the coordinator decides what runs, so no other rank needs telling: all
-// ranks always execute the same responses.
+// largest); then each on/off knob is tried the other way round the best so
+// far. Every knob acts where the coordinator decides what runs or travels
+// with its responses (the staging), so all ranks always execute the same
+// responses the same way.
 #pragma once
 
 #include <array>
@@ -26,6 +28,13 @@ struct TunedSettings {
   int64_t fusion_threshold_bytes = 0;
   double cycle_time_seconds = 0;
   bool cache_enabled = true;
+  bool hierarchical_allreduce = true;
+  bool hierarchical_allgather = true;
+  bool operator==(const TunedSettings& o) const {
+    return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_seconds == o.cycle_time_seconds &&
+           cache_enabled == o.cache_enabled && hierarchical_allreduce == o.hierarchical_allreduce &&
+           hierarchical_allgather == o.hierarchical_allgather;
+  }
 };
 
 // Bounds of the search, as Horovod documents them.
@@ -57,9 +66,10 @@ class Autotuner {
   using Clock = std::chrono::steady_clock;
   // `initial`: the settings the job started with (tried first, so the
   // result is never worse than them by more than the scores' noise).
-  // `hierarchical_*`: logged as they are (not tuned).
-  Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool hierarchical_allreduce,
-            bool hierarchical_allgather);
+  // `staging_switchable`: the set spans hosts with a staged (hierarchical)
+  // communicator, so the hierarchical knobs mean something and are tried;
+  // otherwise they are logged as they are.
+  Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable);
 
   // Every batch of responses the coordinator releases. Returns true when
   // settings() changed and must be applied.
@@ -70,13 +80,17 @@ class Autotuner {
   const std::vector<std::pair<TunedSettings, double>>& history() const { return history_; }
 
  private:
-  enum class Phase { kWarmup, kJoint, kCache, kDone };
+  // After the joint search, the on/off knobs in this order.
+  enum class Phase { kWarmup, kJoint, kCache, kHierarchicalAllreduce, kHierarchicalAllgather, kDone };
   void scored(double score);  // one candidate's score is in: log it, pick the next
+  // Moves to the next on/off knob that may be tuned and makes the best
+  // settings with that knob the other way the candidate; false when none is left.
+  bool next_switch();
   TunedSettings next_joint_candidate() const;
   void log_row(const TunedSettings& s, double score);
 
   AutotuneConfig config_;
-  bool hierarchical_allreduce_, hierarchical_allgather_;
+  bool staging_switchable_;
   Phase phase_ = Phase::kWarmup;
   TunedSettings current_;
   std::vector<TunedSettings> seeds_;  // the first joint candidates
@@ -84,7 +98,6 @@ class Autotuner {
   TunedSettings best_;
   double best_score_ = -1;
   int warmups_left_;
-  int cache_tries_ = 0;
 
   // The sample being measured: it ends when some tensor has been released
   // steps_per_sample more times.

@@ -159,6 +159,8 @@ EngineConfig EngineConfig::from_environment() {
   at.noise = env_double("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", at.noise);
   at.tune_fusion_and_cycle = !env_is_set("HOROVOD_FUSION_THRESHOLD") && !env_is_set("HOROVOD_CYCLE_TIME");
   at.tune_cache = !env_is_set("HOROVOD_CACHE_CAPACITY");
+  at.tune_hierarchical_allreduce = !env_is_set("HOROVOD_HIERARCHICAL_ALLREDUCE");
+  at.tune_hierarchical_allgather = !env_is_set("HOROVOD_HIERARCHICAL_ALLGATHER");
   for (const auto& [name, value] : {std::pair<const char*, int>{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", at.steps_per_sample},
                                     {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", at.max_samples}}) {
     if (value < 1) throw_error(ErrorCode::kInvalidArgument, std::string(name) + " must be at least 1");

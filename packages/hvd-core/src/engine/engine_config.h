@@ -31,9 +31,12 @@ struct AutotuneConfig {
   int max_samples = 20;          // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: settings the search tries
   double noise = 0.8;            // HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (on standardised scores)
   // Knobs the user set explicitly stay as set: HOROVOD_FUSION_THRESHOLD or
-  // HOROVOD_CYCLE_TIME fix the pair, HOROVOD_CACHE_CAPACITY the cache.
+  // HOROVOD_CYCLE_TIME fix the pair, HOROVOD_CACHE_CAPACITY the cache,
+  // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER the staging across hosts.
   bool tune_fusion_and_cycle = true;
   bool tune_cache = true;
+  bool tune_hierarchical_allreduce = true;
+  bool tune_hierarchical_allgather = true;
 };
 
 // The knobs every process set of the engine runs with.

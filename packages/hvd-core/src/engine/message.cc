@@ -175,7 +175,7 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
 // count is checked against what the payload can really hold before anything
 // is allocated for it.
 constexpr size_t kMinRequestBytes = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4;
-constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8;
+constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 1;
 constexpr size_t kMinResponseTensorBytes = 4 + 4 + 4;
 
 std::vector<RequestMeta> decode_requests(const std::string& payload) {
@@ -226,6 +226,7 @@ std::string encode_responses(const std::vector<Response>& responses) {
     for (auto rank : r.error_ranks) w.pod<int32_t>(rank);
     w.str(r.inline_result);
     w.pod<uint64_t>(r.lane_key);
+    w.pod<uint8_t>(static_cast<uint8_t>((r.hierarchical_allreduce ? 1 : 0) | (r.hierarchical_allgather ? 2 : 0)));
   }
   return w.take();
 }
@@ -262,6 +263,9 @@ std::vector<Response> decode_responses(const std::string& payload) {
     for (auto& rank : m.error_ranks) rank = r.pod<int32_t>();
     m.inline_result = r.inline_bytes();
     m.lane_key = r.pod<uint64_t>();
+    const uint8_t staging = r.pod<uint8_t>();
+    m.hierarchical_allreduce = (staging & 1) != 0;
+    m.hierarchical_allgather = (staging & 2) != 0;
   }
   return out;
 }

@@ -97,6 +97,11 @@ struct Response {
   // Non-zero: the tensor may run in the same-host fast lane from now on,
   // under this key (unique in the process set, never reused).
   uint64_t lane_key = 0;
+  // Whether a set spanning hosts runs this response's allreduce and
+  // allgather in stages (set by the coordinator on every response it sends,
+  // so every member switches at the same response when autotune flips them).
+  bool hierarchical_allreduce = true;
+  bool hierarchical_allgather = true;
 };
 
 // Bytes of the tensors a response names, at their agreed shapes (for an

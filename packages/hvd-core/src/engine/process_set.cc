@@ -30,6 +30,7 @@
 #include "reduce/reduce.h"
 #include "rendezvous/store.h"
 #include "transport/communicator.h"
+#include "transport/hierarchical_communicator.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/shm/shm_ring.h"
 
@@ -110,6 +111,7 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
   options.interrupt = interrupt;
   comm_ = create_communicator(options, *context_.store, context_.connections);
   if (cfg.shm_lane) lane_comm_ = dynamic_cast<ShmCommunicator*>(comm_.get());
+  staged_comm_ = dynamic_cast<HierarchicalCommunicator*>(comm_.get());
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
   host_plane_ = std::make_unique<HostDataPlane>(*comm_);
@@ -128,11 +130,12 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
     // lane calls would hide from it.
     cc.lane_bytes = lane_comm_ != nullptr && !cfg.autotune.enabled ? ShmCommunicator::kLanePayloadBytes : 0;
     coordinator_ = std::make_unique<Coordinator>(cc, timeline);
+    staging_ = {cfg.hierarchical, cfg.hierarchical_allgather};
     if (cfg.autotune.enabled && id_ == 0) {
-      TunedSettings initial{cfg.fusion_threshold_bytes, cfg.cycle_time_seconds, cfg.cache_capacity > 0};
-      autotuner_ = std::make_unique<Autotuner>(cfg.autotune, initial, cfg.hierarchical, cfg.hierarchical_allgather);
-      const TunedSettings& first = autotuner_->settings();
-      coordinator_->retune(first.fusion_threshold_bytes, first.cycle_time_seconds, first.cache_enabled);
+      TunedSettings initial{cfg.fusion_threshold_bytes, cfg.cycle_time_seconds, cfg.cache_capacity > 0,
+                            cfg.hierarchical, cfg.hierarchical_allgather};
+      autotuner_ = std::make_unique<Autotuner>(cfg.autotune, initial, staged_comm_ != nullptr);
+      retune(autotuner_->settings());
     }
     channels_.resize(ranks_.size());
     for (size_t m = 1; m < ranks_.size(); ++m) {
@@ -336,6 +339,11 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
   }
   if (post != 1.0) scale_copy(t.output, t.output, count, meta.dtype, post);
   return lane_call_done(t, meta.name, key, t.output);
+}
+
+void ProcessSetRuntime::retune(const TunedSettings& s) {
+  coordinator_->retune(s.fusion_threshold_bytes, s.cycle_time_seconds, s.cache_enabled);
+  staging_ = {s.hierarchical_allreduce, s.hierarchical_allgather};
 }
 
 // A result the engine allocates for a lane call, or null when allocation
@@ -697,6 +705,7 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
     }
     GpuDataPlane* gpu = r.device == Device::kCuda ? &gpu_plane(locals) : nullptr;
     DataPlane& plane = gpu != nullptr ? static_cast<DataPlane&>(*gpu) : *host_plane_;
+    if (staged_comm_ != nullptr) staged_comm_->set_staging(r.hierarchical_allreduce, r.hierarchical_allgather);
     try {
       if (gpu != nullptr) gpu->begin(r, locals);
       executor_->run(r, locals, plane);
@@ -844,9 +853,10 @@ void ProcessSetRuntime::step_coordinator() {
   }
   wake_at_ = Clock::time_point::max();
   auto responses = coordinator_->take_responses(now, &wake_at_);
-  if (autotuner_ && autotuner_->observe(responses, Clock::now())) {
-    const TunedSettings& next = autotuner_->settings();
-    coordinator_->retune(next.fusion_threshold_bytes, next.cycle_time_seconds, next.cache_enabled);
+  if (autotuner_ && autotuner_->observe(responses, Clock::now())) retune(autotuner_->settings());
+  for (Response& r : responses) {
+    r.hierarchical_allreduce = staging_.first;
+    r.hierarchical_allgather = staging_.second;
   }
   if (!responses.empty()) {
     if (channels_.size() > 1) {  // a one-member set has no one to tell

@@ -32,6 +32,8 @@ class ConnectionManager;
 class Executor;
 class GpuDataPlane;
 class ShmCommunicator;
+class HierarchicalCommunicator;
+struct TunedSettings;
 class Store;
 class Timeline;
 
@@ -125,6 +127,9 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // Every member records the lane keys of the responses it executes (under
   // drive_mu_), so they all agree which tensor a key and occurrence mean.
   void record_lane_key(const Response& r);
+  // Applies autotune's settings: the coordinator's knobs, and the staging
+  // stamped on every response from now on.
+  void retune(const TunedSettings& s);
 
   ProcessSetContext context_;
   int32_t id_;
@@ -157,6 +162,9 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::mutex drive_mu_;
   std::unique_ptr<Communicator> comm_;
   ShmCommunicator* lane_comm_ = nullptr;  // comm_, when it has the fast lane (set at start)
+  HierarchicalCommunicator* staged_comm_ = nullptr;  // comm_, when it stages across hosts (set at start)
+  // Member 0: whether its responses run allreduce and allgather in stages.
+  std::pair<bool, bool> staging_{true, true};
   std::unique_ptr<HostDataPlane> host_plane_;
   std::unique_ptr<GpuDataPlane> gpu_plane_;  // after comm_: destroyed before it
   std::unique_ptr<Executor> executor_;

@@ -30,6 +30,13 @@ class HierarchicalCommunicator : public Communicator {
   void barrier() override;
   void abort(const std::string& reason) override;
   std::string transport_name() const override { return "hierarchical(shm+tcp)"; }
+  // Whether allreduce and allgather run in stages from the next call on
+  // (HOROVOD_HIERARCHICAL_ALLREDUCE/ALLGATHER, or what autotune tries): the
+  // coordinator decides, every member applies it before the same response.
+  void set_staging(bool allreduce, bool allgather) {
+    staged_allreduce_ = allreduce;
+    staged_allgather_ = allgather;
+  }
 
  private:
   void allreduce_in_stages(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);

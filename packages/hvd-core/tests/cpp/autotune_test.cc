@@ -18,18 +18,20 @@ using namespace hvd;
 namespace {
 
 // Bytes per microsecond of a made-up job: best at 24 MiB and 3 ms, a little
-// better with the cache on.
+// better with the cache on, with staged allreduces and with flat allgathers.
 double job_throughput(const TunedSettings& s) {
   double mib = static_cast<double>(s.fusion_threshold_bytes) / (1 << 20);
   double ms = s.cycle_time_seconds * 1000;
   double score = 100 - 30 * std::pow((mib - 24) / 24, 2) - 50 * std::pow((ms - 3) / 50, 2);
-  return std::max(score, 1.0) * (s.cache_enabled ? 1.0 : 0.95);
+  return std::max(score, 1.0) * (s.cache_enabled ? 1.0 : 0.95) * (s.hierarchical_allreduce ? 1.0 : 0.9) *
+         (s.hierarchical_allgather ? 0.96 : 1.0);
 }
 
 // Runs steps of two 4 MiB tensors until the tuner is done (or `max_steps`);
 // time advances as the current settings' throughput says.
-Autotuner run_job(const AutotuneConfig& config, const TunedSettings& initial, int max_steps = 100000) {
-  Autotuner tuner(config, initial, false, true);
+Autotuner run_job(const AutotuneConfig& config, const TunedSettings& initial, int max_steps = 100000,
+                  bool staging_switchable = false) {
+  Autotuner tuner(config, initial, staging_switchable);
   Response r;
   r.names = {"grad.a", "grad.b"};
   r.dtype = DataType::kFloat32;
@@ -68,7 +70,9 @@ HVD_TEST(autotune_ends_near_the_best_settings_and_never_worse_than_the_start) {
   config.warmup_samples = 2;
   config.max_samples = 20;
   config.log_path = temp_log_path();
-  TunedSettings initial{128ll << 20, 0.001, true};  // hvd's defaults: tried first, as they are
+  // hvd's defaults, tried first as they are; the hierarchical knobs (not
+  // tuned on one host) as the job set them, logged in every row.
+  TunedSettings initial{128ll << 20, 0.001, true, true, false};
   Autotuner tuner = run_job(config, initial);
   EXPECT_TRUE(tuner.done());
   EXPECT_EQ(tuner.history().size(), 21u);  // 20 joint settings, then the cache the other way
@@ -93,7 +97,7 @@ HVD_TEST(autotune_ends_near_the_best_settings_and_never_worse_than_the_start) {
   int rows = 0;
   while (std::getline(log, line)) {
     ++rows;
-    EXPECT_TRUE(line.rfind("0,1,0,", 0) == 0);
+    EXPECT_TRUE(line.rfind("1,0,0,", 0) == 0);
   }
   EXPECT_EQ(rows, 22);  // every sample, then the best
   std::remove(config.log_path.c_str());
@@ -114,4 +118,58 @@ HVD_TEST(autotune_leaves_fusion_and_cycle_time_alone_when_the_user_set_them) {
     EXPECT_TRUE(s.cycle_time_seconds == 0.005);
   }
   EXPECT_TRUE(tuner.settings().cache_enabled);
+}
+
+HVD_TEST(autotune_tries_each_hierarchical_knob_the_other_way_where_the_set_spans_hosts) {
+  AutotuneConfig config;
+  config.enabled = true;
+  config.steps_per_sample = 1;
+  config.warmup_samples = 0;
+  config.max_samples = 4;
+  config.log_path = temp_log_path();
+  TunedSettings initial{128ll << 20, 0.001, true, true, true};
+  Autotuner tuner = run_job(config, initial, 100000, true);
+  EXPECT_TRUE(tuner.done());
+  // 4 joint settings, the cache, hierarchical allreduce, then allgather the other way.
+  EXPECT_EQ(tuner.history().size(), 7u);
+  const auto& history = tuner.history();
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_TRUE(history[i].first.hierarchical_allreduce && history[i].first.hierarchical_allgather);
+  }
+  EXPECT_TRUE(!history[5].first.hierarchical_allreduce && history[5].first.hierarchical_allgather);
+  EXPECT_TRUE(history[6].first.hierarchical_allreduce && !history[6].first.hierarchical_allgather);
+  // Each flip went around the best so far: the made-up job prefers staged
+  // allreduces and flat allgathers, and the tuner ends there.
+  EXPECT_TRUE(tuner.settings().hierarchical_allreduce);
+  EXPECT_TRUE(!tuner.settings().hierarchical_allgather);
+  std::ifstream log(config.log_path);
+  std::string line, last;
+  std::getline(log, line);  // header
+  int rows = 0;
+  while (std::getline(log, line)) {
+    ++rows;
+    last = line;
+  }
+  EXPECT_EQ(rows, 8);  // every sample, then the best
+  EXPECT_TRUE(last.rfind("1,0,0,", 0) == 0);  // the best: staged allreduce, flat allgather
+  std::remove(config.log_path.c_str());
+}
+
+HVD_TEST(autotune_leaves_the_hierarchical_knobs_alone_when_set_or_meaningless) {
+  AutotuneConfig config;
+  config.enabled = true;
+  config.steps_per_sample = 1;
+  config.warmup_samples = 0;
+  config.max_samples = 2;
+  config.tune_hierarchical_allreduce = false;  // HOROVOD_HIERARCHICAL_ALLREDUCE was set
+  TunedSettings initial{128ll << 20, 0.001, true, false, true};
+  Autotuner tuner = run_job(config, initial, 100000, true);
+  EXPECT_EQ(tuner.history().size(), 4u);  // 2 joint settings, the cache, allgather
+  for (const auto& [s, score] : tuner.history()) EXPECT_TRUE(!s.hierarchical_allreduce);
+  EXPECT_TRUE(!tuner.history().back().first.hierarchical_allgather);
+  // One host (no staged communicator): neither is tried.
+  config.tune_hierarchical_allreduce = true;
+  Autotuner one_host = run_job(config, initial, 100000, false);
+  EXPECT_EQ(one_host.history().size(), 3u);
+  for (const auto& [s, score] : one_host.history()) EXPECT_TRUE(!s.hierarchical_allreduce && s.hierarchical_allgather);
 }

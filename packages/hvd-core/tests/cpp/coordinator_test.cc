@@ -357,9 +357,15 @@ HVD_TEST(control_messages_round_trip_and_reject_truncation) {
   r.first_dims = {{}, {1, 2}};
   r.joined_ranks = {2};
   r.error_message = "msg";
+  r.hierarchical_allgather = false;
   auto rd = decode_responses(encode_responses({r}));
   EXPECT_TRUE(rd[0].names == r.names && rd[0].shapes == r.shapes && rd[0].first_dims == r.first_dims);
   EXPECT_TRUE(rd[0].joined_ranks == r.joined_ranks && rd[0].error_message == "msg");
+  EXPECT_TRUE(rd[0].hierarchical_allreduce && !rd[0].hierarchical_allgather);
+  r.hierarchical_allreduce = false;
+  r.hierarchical_allgather = true;
+  rd = decode_responses(encode_responses({r}));
+  EXPECT_TRUE(!rd[0].hierarchical_allreduce && rd[0].hierarchical_allgather);
   EXPECT_TRUE(decode_names(encode_names({"x", "y.z"})) == std::vector<std::string>({"x", "y.z"}));
   std::string encoded = encode_responses({r});
   bool threw = false;

@@ -63,8 +63,9 @@ TUNING_FLAGS = (
                _bool_env,
                negations=("--no-torus-allreduce",)),
     TuningFlag("--autotune", "autotune", bool, "HOROVOD_AUTOTUNE", ("autotune", "enabled"),
-               "Tune the fusion threshold, the cycle time and the response cache while training "
-               "(rank 0 searches; hierarchical modes stay as set).", _bool_env, negations=("--no-autotune",)),
+               "Tune the fusion threshold, the cycle time, the response cache and, across hosts, the "
+               "hierarchical modes while training (rank 0 searches; knobs set explicitly stay as set).",
+               _bool_env, negations=("--no-autotune",)),
     TuningFlag("--autotune-log-file", "autotune_log_file", str, "HOROVOD_AUTOTUNE_LOG",
                ("autotune", "log_file"), "CSV file the autotuner logs its samples to."),
     TuningFlag("--autotune-warmup-samples", "autotune_warmup_samples", int,
