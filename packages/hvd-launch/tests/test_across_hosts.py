@@ -65,11 +65,17 @@ def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_ran
     # the ranks would run different algorithms and the checked steps fail or hang.
     fake_hosts(2)
     log = tmp_path / "autotune.csv"
+    timeline = tmp_path / "timeline.json"
     env = base_env(HOROVOD_AUTOTUNE="1", HOROVOD_AUTOTUNE_LOG=str(log), HOROVOD_AUTOTUNE_WARMUP_SAMPLES="0",
-                   HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="1", HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="2")
+                   HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="1", HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="2",
+                   HOROVOD_TIMELINE=str(timeline))
     result = _run(["-np", 4, "-H", "fh1:2,fh2:2", sys.executable, WORKER, "--tuning-steps", 80], env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     _reports(result, 4)
+    # Rank 0's timeline names what ran each collective: both algorithms did.
+    activities = set(re.findall(r'"name": ?"([A-Z]+_ALL(?:REDUCE|GATHER))"', timeline.read_text()))
+    assert {"HIERARCHICAL_ALLREDUCE", "TCP_ALLREDUCE", "HIERARCHICAL_ALLGATHER", "TCP_ALLGATHER"} <= activities, \
+        activities
     with open(log) as f:
         rows = list(csv.DictReader(f))
     staging = [(row["hierarchical_allreduce"], row["hierarchical_allgather"]) for row in rows]

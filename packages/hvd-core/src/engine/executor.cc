@@ -28,7 +28,7 @@ void Executor::activity_start(const Response& r, const Communicator& comm, const
   // "hierarchical(shm+tcp)" -> "HIERARCHICAL": activity names stay short and
   // read like Horovod's (MPI_ALLREDUCE, NCCL_ALLREDUCE, GLOO_ALLREDUCE, ...).
   std::string activity;
-  for (char c : comm.transport_name()) {
+  for (char c : comm.transport_name_for(what)) {
     if (!std::isalnum(static_cast<unsigned char>(c))) break;
     activity += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }

@@ -92,6 +92,12 @@ class Communicator {
   virtual void abort(const std::string& reason) = 0;
   // A short name for logs: "shm", "tcp", "hierarchical(shm+tcp)".
   virtual std::string transport_name() const = 0;
+  // The name of what runs `activity` ("ALLREDUCE", "ALLGATHER", "BCAST", ...)
+  // now, for the timeline: a composite names the part it hands it to.
+  virtual std::string transport_name_for(const std::string& activity) const {
+    (void)activity;
+    return transport_name();
+  }
 
  protected:
   int rank_ = 0;

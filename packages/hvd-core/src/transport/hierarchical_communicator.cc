@@ -63,6 +63,11 @@ HierarchicalCommunicator::HierarchicalCommunicator(const CommOptions& options,
   staged_allgather_ = options.hierarchical_allgather;
 }
 
+std::string HierarchicalCommunicator::transport_name_for(const std::string& activity) const {
+  const bool staged = (activity == "ALLREDUCE" && staged_allreduce_) || (activity == "ALLGATHER" && staged_allgather_);
+  return staged ? transport_name() : flat_->transport_name();
+}
+
 template <typename Fn>
 void HierarchicalCommunicator::guarded(Fn&& fn) {
   try {

@@ -30,6 +30,8 @@ class HierarchicalCommunicator : public Communicator {
   void barrier() override;
   void abort(const std::string& reason) override;
   std::string transport_name() const override { return "hierarchical(shm+tcp)"; }
+  // Staged allreduces and allgathers are "hierarchical"; the rest run on the flat mesh ("tcp").
+  std::string transport_name_for(const std::string& activity) const override;
   // Whether allreduce and allgather run in stages from the next call on
   // (HOROVOD_HIERARCHICAL_ALLREDUCE/ALLGATHER, or what autotune tries): the
   // coordinator decides, every member applies it before the same response.
