@@ -47,6 +47,17 @@ Autotuner run_job(const AutotuneConfig& config, const TunedSettings& initial, in
 
 std::string temp_log_path() { return "/tmp/hvd_autotune_test_" + std::to_string(getpid()) + ".csv"; }
 
+// An enabled tuner's config: `steps` steps a sample, `warmups` samples
+// ignored, `settings` settings of the joint search.
+AutotuneConfig tuning(int steps, int warmups, int settings) {
+  AutotuneConfig config;
+  config.enabled = true;
+  config.steps_per_sample = steps;
+  config.warmup_samples = warmups;
+  config.max_samples = settings;
+  return config;
+}
+
 }  // namespace
 
 HVD_TEST(gaussian_process_follows_its_samples_and_is_unsure_far_from_them) {
@@ -64,11 +75,7 @@ HVD_TEST(gaussian_process_follows_its_samples_and_is_unsure_far_from_them) {
 }
 
 HVD_TEST(autotune_ends_near_the_best_settings_and_never_worse_than_the_start) {
-  AutotuneConfig config;
-  config.enabled = true;
-  config.steps_per_sample = 2;
-  config.warmup_samples = 2;
-  config.max_samples = 20;
+  AutotuneConfig config = tuning(2, 2, 20);
   config.log_path = temp_log_path();
   // hvd's defaults, tried first as they are; the hierarchical knobs (not
   // tuned on one host) as the job set them, logged in every row.
@@ -104,10 +111,7 @@ HVD_TEST(autotune_ends_near_the_best_settings_and_never_worse_than_the_start) {
 }
 
 HVD_TEST(autotune_leaves_fusion_and_cycle_time_alone_when_the_user_set_them) {
-  AutotuneConfig config;
-  config.enabled = true;
-  config.steps_per_sample = 1;
-  config.warmup_samples = 0;
+  AutotuneConfig config = tuning(1, 0, AutotuneConfig{}.max_samples);
   config.tune_fusion_and_cycle = false;
   TunedSettings initial{8ll << 20, 0.005, true};
   Autotuner tuner = run_job(config, initial);
@@ -121,11 +125,7 @@ HVD_TEST(autotune_leaves_fusion_and_cycle_time_alone_when_the_user_set_them) {
 }
 
 HVD_TEST(autotune_tries_each_hierarchical_knob_the_other_way_where_the_set_spans_hosts) {
-  AutotuneConfig config;
-  config.enabled = true;
-  config.steps_per_sample = 1;
-  config.warmup_samples = 0;
-  config.max_samples = 4;
+  AutotuneConfig config = tuning(1, 0, 4);
   config.log_path = temp_log_path();
   TunedSettings initial{128ll << 20, 0.001, true, true, true};
   Autotuner tuner = run_job(config, initial, 100000, true);
@@ -156,11 +156,7 @@ HVD_TEST(autotune_tries_each_hierarchical_knob_the_other_way_where_the_set_spans
 }
 
 HVD_TEST(autotune_leaves_the_hierarchical_knobs_alone_when_set_or_meaningless) {
-  AutotuneConfig config;
-  config.enabled = true;
-  config.steps_per_sample = 1;
-  config.warmup_samples = 0;
-  config.max_samples = 2;
+  AutotuneConfig config = tuning(1, 0, 2);
   config.tune_hierarchical_allreduce = false;  // HOROVOD_HIERARCHICAL_ALLREDUCE was set
   TunedSettings initial{128ll << 20, 0.001, true, false, true};
   Autotuner tuner = run_job(config, initial, 100000, true);
