@@ -290,15 +290,14 @@ void Executor::reducescatter_fused(const Response& r, const std::vector<LocalTen
   const size_t members = static_cast<size_t>(comm_.size());
   const size_t me = static_cast<size_t>(comm_.rank());
   const size_t esize = dtype_size(r.dtype);
-  // share[i][m]: elements of tensor i that member m ends up with (rows split
-  // as evenly as they go, the first members taking one more).
+  // share[i][m]: elements of tensor i that member m ends up with.
   std::vector<std::vector<size_t>> share(n, std::vector<size_t>(members));
   std::vector<size_t> counts(members, 0);
   for (size_t i = 0; i < n; ++i) {
-    const auto rows = static_cast<size_t>(r.shapes[i][0]);
+    const int64_t rows = r.shapes[i][0];
     const auto row = static_cast<size_t>(row_elements(r.shapes[i]));
     for (size_t m = 0; m < members; ++m) {
-      share[i][m] = (rows / members + (m < rows % members ? 1 : 0)) * row;
+      share[i][m] = static_cast<size_t>(scattered_rows(rows, comm_.size(), static_cast<int64_t>(m))) * row;
       counts[m] += share[i][m];
     }
   }
@@ -394,11 +393,11 @@ void Executor::reducescatter(const Response& r, size_t i, const LocalTensor& loc
   const int64_t row = row_elements(shape);
   std::vector<size_t> counts(static_cast<size_t>(size));
   for (int m = 0; m < size; ++m) {
-    int64_t my_rows = rows / size + (m < rows % size ? 1 : 0);
+    int64_t my_rows = scattered_rows(rows, size, m);
     counts[static_cast<size_t>(m)] = static_cast<size_t>(my_rows * row);
   }
   std::vector<int64_t> out_shape = shape;
-  out_shape[0] = rows / size + (comm_.rank() < rows % size ? 1 : 0);
+  out_shape[0] = scattered_rows(rows, size, comm_.rank());
   std::string alloc_error;
   void* out = result_buffer(plane, local, out_shape, r.dtype, &alloc_error);
   const void* in = slot.input;

@@ -142,6 +142,10 @@ int64_t num_elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+int64_t scattered_rows(int64_t rows, int64_t members, int64_t member) {
+  return rows / members + (member < rows % members ? 1 : 0);
+}
+
 ReduceOp transport_op(int32_t op) {
   switch (op) {
     case HVD_OP_MIN: return ReduceOp::kMin;

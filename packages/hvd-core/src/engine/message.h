@@ -116,6 +116,9 @@ ReduceOp transport_op(int32_t op);
 double result_scale(int32_t op, double postscale, int members);
 // Elements of a tensor of `shape`.
 int64_t num_elements(const std::vector<int64_t>& shape);
+// Reducescatter's split of `rows` rows over `members`: as even as it goes,
+// the first members taking one more. The rows member `member` gets.
+int64_t scattered_rows(int64_t rows, int64_t members, int64_t member);
 
 // Control-channel message types.
 enum class MessageType : uint8_t {

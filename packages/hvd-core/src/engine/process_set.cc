@@ -287,15 +287,14 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
     // allgathers a key only when all shapes are equal).
     std::vector<int64_t> out_shape = meta.shape;
     out_shape[0] *= size();
-    DLManagedTensor* owned = owned_lane_result(out_shape, meta.dtype);
-    if (owned == nullptr) return false;
-    if (lane_comm_->lane_allgather(key, occurrence, t.input, owned->dl_tensor.data, count * dtype_size(meta.dtype),
-                                   kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
-      owned->deleter(owned);
+    OwnedLaneResult owned = owned_lane_result(out_shape, meta.dtype);
+    if (!owned || lane_comm_->lane_allgather(key, occurrence, t.input, owned->dl_tensor.data,
+                                             count * dtype_size(meta.dtype),
+                                             kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
       return false;
     }
-    t.owned_result = owned;
-    return lane_call_done(t, meta.name, key, owned->dl_tensor.data);
+    t.owned_result = owned.release();
+    return lane_call_done(t, meta.name, key, t.owned_result->dl_tensor.data);
   }
   if (broadcast) {
     if (lane_comm_->lane_broadcast(key, occurrence, t.input, t.output, count * dtype_size(meta.dtype),
@@ -313,24 +312,25 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
   }
   const double post = result_scale(meta.reduce_op, meta.postscale, size());  // as the executor applies it
   if (reducescatter) {
-    // This member's rows, split as the executor splits them.
-    const int64_t rows = meta.shape[0], members = size(), me = lane_comm_->rank();
+    // This member's rows, split as the executor splits them; `before`: the
+    // rows of the members ahead of it.
+    const int64_t rows = meta.shape[0], me = lane_comm_->rank();
     const size_t row = static_cast<size_t>(count / static_cast<size_t>(rows > 0 ? rows : 1));
-    const int64_t before = me * (rows / members) + std::min(me, rows % members);
+    int64_t before = 0;
+    for (int64_t m = 0; m < me; ++m) before += scattered_rows(rows, size(), m);
     std::vector<int64_t> out_shape = meta.shape;
-    out_shape[0] = rows / members + (me < rows % members ? 1 : 0);
+    out_shape[0] = scattered_rows(rows, size(), me);
     const size_t mine = static_cast<size_t>(out_shape[0]) * row;
-    DLManagedTensor* owned = owned_lane_result(out_shape, meta.dtype);
-    if (owned == nullptr) return false;
-    void* out = owned->dl_tensor.data;
-    if (lane_comm_->lane_reducescatter(key, occurrence, input, count, out, static_cast<size_t>(before) * row, mine,
-                                       meta.dtype, transport_op(meta.reduce_op),
-                                       kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
-      owned->deleter(owned);
+    OwnedLaneResult owned = owned_lane_result(out_shape, meta.dtype);
+    if (!owned || lane_comm_->lane_reducescatter(key, occurrence, input, count, owned->dl_tensor.data,
+                                                 static_cast<size_t>(before) * row, mine, meta.dtype,
+                                                 transport_op(meta.reduce_op),
+                                                 kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
       return false;
     }
+    t.owned_result = owned.release();
+    void* out = t.owned_result->dl_tensor.data;
     if (post != 1.0 && mine > 0) scale_copy(out, out, mine, meta.dtype, post);
-    t.owned_result = owned;
     return lane_call_done(t, meta.name, key, out);
   }
   if (lane_comm_->lane_allreduce(key, occurrence, input, t.output, count, meta.dtype, transport_op(meta.reduce_op),
@@ -346,11 +346,14 @@ void ProcessSetRuntime::retune(const TunedSettings& s) {
   staging_ = {s.hierarchical_allreduce, s.hierarchical_allgather};
 }
 
+void ProcessSetRuntime::FreeOwned::operator()(DLManagedTensor* t) const { t->deleter(t); }
+
 // A result the engine allocates for a lane call, or null when allocation
 // failed (the negotiated path then reports it).
-DLManagedTensor* ProcessSetRuntime::owned_lane_result(const std::vector<int64_t>& shape, DataType dtype) {
+ProcessSetRuntime::OwnedLaneResult ProcessSetRuntime::owned_lane_result(const std::vector<int64_t>& shape,
+                                                                        DataType dtype) {
   try {
-    return make_owned_tensor(shape, dtype);
+    return OwnedLaneResult(make_owned_tensor(shape, dtype));
   } catch (const Error&) {
     return nullptr;
   }

@@ -123,7 +123,12 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // Bookkeeping after a completed lane call of tensor `name` under `key`
   // whose result is at `result`.
   bool lane_call_done(TensorSlot& t, const std::string& name, uint64_t key, void* result);
-  static DLManagedTensor* owned_lane_result(const std::vector<int64_t>& shape, DataType dtype);
+  // An engine-allocated result, freed unless a completed lane call hands it on (release()).
+  struct FreeOwned {
+    void operator()(DLManagedTensor* t) const;
+  };
+  using OwnedLaneResult = std::unique_ptr<DLManagedTensor, FreeOwned>;
+  static OwnedLaneResult owned_lane_result(const std::vector<int64_t>& shape, DataType dtype);
   // Every member records the lane keys of the responses it executes (under
   // drive_mu_), so they all agree which tensor a key and occurrence mean.
   void record_lane_key(const Response& r);
