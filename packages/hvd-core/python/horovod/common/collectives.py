@@ -70,30 +70,43 @@ def _address_if_simple(array):
         return None
 
 
+def _cached_block(state, key, tensor, output, collective, name, process_set_id, op, root_rank, prescale_factor,
+                  postscale_factor):
+    """The address of this call site's argument block from the per-thread
+    cache (`state`), with the data pointers of `tensor` and `output` (None:
+    the engine allocates the result) filled in; None (having done nothing)
+    when an array is not a plain writable one the cache can take."""
+    entry = state.blocks.get(key)
+    if entry is None or entry[0] is not tensor.dtype:
+        entry = _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank, prescale_factor,
+                            postscale_factor)
+        if entry is None:
+            return None
+        if len(state.blocks) >= _MAX_SYNC_BLOCKS:
+            state.blocks.clear()
+        state.blocks[key] = entry
+    try:
+        in_ptr = _addressof(_from_buffer(tensor))
+        out_ptr = in_ptr if output is tensor or output is None else _addressof(_from_buffer(output))
+    except (TypeError, ValueError, BufferError):
+        return None
+    _, buf, base, in_offset, out_offset = entry
+    _POINTER_PACK(buf, in_offset, in_ptr)
+    if out_offset is not None:
+        _POINTER_PACK(buf, out_offset, out_ptr)
+    return base
+
+
 def _run_cached(key, tensor, output, collective, name, process_set_id, op, root_rank, prescale_factor,
                 postscale_factor):
     """Runs a synchronous single-tensor collective from the per-thread block
     cache; returns False (having done nothing) when `tensor` (or `output`, if
     not in place) is not a plain writable array the cache can take."""
     state = _thread_sync()
-    entry = state.blocks.get(key)
-    if entry is None or entry[0] is not tensor.dtype:
-        entry = _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank, prescale_factor,
-                            postscale_factor)
-        if entry is None:
-            return False
-        if len(state.blocks) >= _MAX_SYNC_BLOCKS:
-            state.blocks.clear()
-        state.blocks[key] = entry
-    try:
-        in_ptr = _addressof(_from_buffer(tensor))
-        out_ptr = in_ptr if output is tensor else _addressof(_from_buffer(output))
-    except (TypeError, ValueError, BufferError):
+    base = _cached_block(state, key, tensor, output, collective, name, process_set_id, op, root_rank,
+                         prescale_factor, postscale_factor)
+    if base is None:
         return False
-    _, buf, base, in_offset, out_offset = entry
-    _POINTER_PACK(buf, in_offset, in_ptr)
-    if out_offset is not None:
-        _POINTER_PACK(buf, out_offset, out_ptr)
     call_sync(base, tensor if output is tensor else (tensor, output), state)
     return True
 
@@ -142,18 +155,21 @@ def _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank,
                 postscale_factor):
     """A _sync_blocks entry for these arguments, or None when `tensor` or
     `output` is something the general path has to check (and refuse with
-    its error, or take: read-only inputs, empty arrays)."""
+    its error, or take: read-only inputs, empty arrays). `output` None: the
+    engine allocates the result."""
     if _DLPACK_TYPES.get(tensor.dtype) is None or _address_if_simple(tensor) is None:
         return None
-    if output is not tensor and (output.dtype is not tensor.dtype or _address_if_simple(output) is None):
+    if output is not tensor and output is not None and (output.dtype is not tensor.dtype
+                                                         or _address_if_simple(output) is None):
         return None
     desc = _describe(tensor)
-    out_desc = desc if output is tensor else _describe(output)
+    out_desc = desc if output is tensor else None if output is None else _describe(output)
     return (tensor.dtype,) + sync_template(collective, desc, out_desc, full_name(_NAMES[collective], name),
                                            process_set_id, op, root_rank, prescale_factor, postscale_factor)
 
 
-_NAMES = {c_api.ALLREDUCE: "allreduce", c_api.BROADCAST: "broadcast"}
+_NAMES = {c_api.ALLREDUCE: "allreduce", c_api.BROADCAST: "broadcast", c_api.ALLGATHER: "allgather",
+          c_api.REDUCESCATTER: "reducescatter"}
 _ALLREDUCE = c_api.ALLREDUCE
 
 
@@ -361,12 +377,12 @@ def allgather(tensor, name=None, process_set=global_process_set):
         all processes. Its first dimension is the sum of the inputs' first dimensions.
     """
     if type(tensor) is np.ndarray and (name is None or type(name) is str):
-        return _owned_result_now(c_api.ALLGATHER, "allgather", tensor, name, process_set)
+        return _owned_result_now(c_api.ALLGATHER, tensor, name, process_set)
     return synchronize(_gather_like_async(c_api.ALLGATHER, "allgather", [tensor], name, process_set, True,
                                           caller_waits=True))
 
 
-def _owned_result_now(collective, collective_name, tensor, name, process_set, reduce_op=Sum, prescale_factor=1.0,
+def _owned_result_now(collective, tensor, name, process_set, reduce_op=Sum, prescale_factor=1.0,
                       postscale_factor=1.0):
     """A synchronous single-array collective whose result the engine sizes and
     allocates (allgather, reducescatter), without an integer handle; its
@@ -374,24 +390,13 @@ def _owned_result_now(collective, collective_name, tensor, name, process_set, re
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     state = _thread_sync()
     key = (collective, name, tensor.shape, reduce_op, prescale_factor, postscale_factor, process_set_id)
-    entry = state.blocks.get(key)
-    try:
-        in_ptr = _addressof(_from_buffer(tensor))
-    except (TypeError, ValueError, BufferError):  # read-only, strided or empty: described and checked below
-        entry = in_ptr = None
-    else:
-        if entry is None or entry[0] is not tensor.dtype:
-            template = sync_template(collective, _describe(tensor), None, full_name(collective_name, name),
-                                     process_set_id, reduce_op, 0, prescale_factor, postscale_factor)
-            if len(state.blocks) >= _MAX_SYNC_BLOCKS:
-                state.blocks.clear()
-            entry = state.blocks[key] = (tensor.dtype,) + template
-    if entry is None:
-        managed = run_sync_owned(collective, _describe(tensor), full_name(collective_name, name), process_set_id,
+    base = _cached_block(state, key, tensor, None, collective, name, process_set_id, reduce_op, 0, prescale_factor,
+                         postscale_factor)
+    if base is None:  # read-only, strided, empty or refused: described and checked on the general path
+        managed = run_sync_owned(collective, _describe(tensor), full_name(_NAMES[collective], name), process_set_id,
                                  tensor, reduce_op, prescale_factor, postscale_factor)
     else:
-        _POINTER_PACK(entry[1], entry[3], in_ptr)
-        managed = call_sync_owned(entry[2], tensor, state)
+        managed = call_sync_owned(base, tensor, state)
     return _owned_to_numpy(managed, tensor.dtype)
 
 
@@ -496,8 +501,8 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
         This rank's block of the reduced tensor.
     """
     if type(tensor) is np.ndarray and (name is None or type(name) is str):
-        return _owned_result_now(c_api.REDUCESCATTER, "reducescatter", tensor, name, process_set, op,
-                                 prescale_factor, postscale_factor)
+        return _owned_result_now(c_api.REDUCESCATTER, tensor, name, process_set, op, prescale_factor,
+                                 postscale_factor)
     return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
 
