@@ -474,7 +474,7 @@ def owned_address(res):
 
 
 # A DLManagedTensor on LP64: the DLTensor (_DLTENSOR), manager_ctx, deleter.
-_MANAGED = struct.Struct("<QiiiBBHQQQQQ")
+_MANAGED = struct.Struct(_DLTENSOR.format + "QQ")
 _MANAGED_AT = (ctypes.c_char * _MANAGED.size).from_address  # a view, for unpack_from: no copy
 _SHAPES = {}  # ndim -> (Struct of that many int64, from_address of a view of them)
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
