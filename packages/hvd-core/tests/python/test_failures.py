@@ -21,11 +21,7 @@ def _control_ring_names():
     return {e for e in entries if e.startswith("hvd-r") and os.stat("/dev/shm/" + e).st_uid == os.geteuid()}
 
 
-@pytest.mark.parametrize("np_", [2, 3, 4])
-@pytest.mark.parametrize("victim", [0, 1])
-def test_killed_peer_fails_survivors_within_five_seconds(np_, victim):
-    results = ranks.run_program(np_, "failures:peer_stops_mid_loop", timeout=60,
-                                kwargs={"victim": victim, "signal_name": "SIGKILL"})
+def _survivors_failed_fast(results, victim):
     for res in results:
         if res.rank == victim:
             assert res.returncode == -9
@@ -35,6 +31,21 @@ def test_killed_peer_fails_survivors_within_five_seconds(np_, victim):
         assert out["error"], str(res)
         assert out["elapsed"] < 5.5, out
         assert out["later"], out
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+@pytest.mark.parametrize("victim", [0, 1])
+def test_killed_peer_fails_survivors_within_five_seconds(np_, victim):
+    _survivors_failed_fast(ranks.run_program(np_, "failures:peer_stops_mid_loop", timeout=60,
+                                             kwargs={"victim": victim, "signal_name": "SIGKILL"}), victim)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter"])
+def test_killed_peer_fails_survivors_of_small_allgathers_and_reducescatters(collective):
+    # After their first call these run in the fast lane, as the allreduces above do.
+    _survivors_failed_fast(ranks.run_program(3, "failures:peer_stops_mid_loop", timeout=60,
+                                             kwargs={"victim": 1, "signal_name": "SIGKILL",
+                                                     "collective": collective}), 1)
 
 
 def test_no_control_ring_outlives_its_job_even_when_the_coordinator_is_killed():

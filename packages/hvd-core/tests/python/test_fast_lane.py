@@ -95,8 +95,10 @@ def test_ranks_out_of_step_fall_back_to_negotiation_and_stay_exact():
     assert results[0]["lane_calls"] > 0 and results[0]["lane_calls"] == results[1]["lane_calls"], results
 
 
-def test_a_shape_mismatch_after_lane_calls_is_reported_on_every_rank():
-    results = ranks.run_program_ok(2, "fast_lane:mismatch_after_warm_up_is_reported", timeout=60)
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter"])
+def test_a_shape_mismatch_after_lane_calls_is_reported_on_every_rank(collective):
+    results = ranks.run_program_ok(2, "fast_lane:mismatch_after_warm_up_is_reported",
+                                   kwargs={"collective": collective}, timeout=60)
     for r in results:
         assert r["warmed"] > 0, results
         assert r["error"] == "HorovodCollectiveMismatchError", results

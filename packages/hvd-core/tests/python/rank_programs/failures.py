@@ -12,8 +12,10 @@ import horovod.common as hvd
 from horovod.common import c_api
 
 
-def peer_stops_mid_loop(victim, signal_name):
-    """Rank `victim` sends itself `signal_name` while the others loop on allreduce."""
+def peer_stops_mid_loop(victim, signal_name, collective="allreduce"):
+    """Rank `victim` sends itself `signal_name` while the others loop on a
+    small `collective` (allreduce, allgather or reducescatter: after its
+    first call, each runs in the same-host fast lane)."""
     hvd.init()
     rank = hvd.rank()
     x = np.ones(1000, np.float32)
@@ -21,10 +23,11 @@ def peer_stops_mid_loop(victim, signal_name):
         hvd.allreduce(x, name="warm.%d" % i)
     if rank == victim:
         os.kill(os.getpid(), getattr(signal, signal_name))
+    call = getattr(hvd, collective)
     t0 = time.time()
     try:
         while time.time() - t0 < 30:
-            hvd.allreduce(x, name="loop")
+            call(x, name="loop")
         return {"error": None}
     except hvd.HorovodInternalError as e:
         elapsed = time.time() - t0

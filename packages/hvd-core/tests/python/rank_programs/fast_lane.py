@@ -104,17 +104,20 @@ def out_of_step_ranks_fall_back(calls=60):
     return {"wrong": wrong, "lane_calls": lane_calls() - before}
 
 
-def mismatch_after_warm_up_is_reported():
-    """After "x" ran in the lane, rank 1 submits it with another shape: both
-    ranks get the usual mismatch error, not a hang and not a wrong result."""
+def mismatch_after_warm_up_is_reported(collective="allreduce"):
+    """After "x" ran in the lane, rank 1 submits it with another shape (for
+    allgather, other trailing dimensions; its rows may differ): both ranks
+    get the usual mismatch error, not a hang and not a wrong result."""
     hvd.init()
     rank = hvd.rank()
+    call = getattr(hvd, collective)
+    shape, other = ((4, 2), (4, 3)) if collective == "allgather" else ((4,), (5,))
+    kwargs = {} if collective == "allgather" else {"op": hvd.Sum}
     for _ in range(5):
-        hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum, name="x")
+        call(np.ones(shape, np.float32), name="x", **kwargs)
     warmed = lane_calls()
-    shape = 5 if rank == 1 else 4
     try:
-        hvd.allreduce(np.ones(shape, np.float32), op=hvd.Sum, name="x")
+        call(np.ones(other if rank == 1 else shape, np.float32), name="x", **kwargs)
         return {"error": None, "warmed": warmed}
     except Exception as e:  # noqa: BLE001 - reported to the test
         return {"error": type(e).__name__, "message": str(e), "warmed": warmed}
