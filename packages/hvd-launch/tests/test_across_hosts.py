@@ -88,6 +88,27 @@ def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_ran
     assert staging[5] in staging[:5] and float(rows[5]["score"]) == max(float(r["score"]) for r in rows[:5]), rows
 
 
+def test_autotune_across_hosts_keeps_a_hierarchical_mode_the_user_set(fake_hosts, tmp_path):
+    fake_hosts(2)
+    log = tmp_path / "autotune.csv"
+    timeline = tmp_path / "timeline.json"
+    env = base_env(HOROVOD_AUTOTUNE="1", HOROVOD_AUTOTUNE_LOG=str(log), HOROVOD_AUTOTUNE_WARMUP_SAMPLES="0",
+                   HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="1", HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="2",
+                   HOROVOD_HIERARCHICAL_ALLREDUCE="1", HOROVOD_TIMELINE=str(timeline))
+    result = _run(["-np", 4, "-H", "fh1:2,fh2:2", sys.executable, WORKER, "--tuning-steps", 80], env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _reports(result, 4)
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    # Two joint settings, the cache, only hierarchical allgather flipped, the best.
+    assert len(rows) == 5, rows
+    assert [row["hierarchical_allreduce"] for row in rows] == ["1"] * 5, rows
+    assert rows[3]["hierarchical_allgather"] == "0", rows
+    # Every allreduce of the global set ran staged: none went flat.
+    activities = set(re.findall(r'"name": ?"([A-Z]+_ALLREDUCE)"', timeline.read_text()))
+    assert "HIERARCHICAL_ALLREDUCE" in activities and "TCP_ALLREDUCE" not in activities, activities
+
+
 def test_protected_data_plane_across_hosts_gives_the_results_of_an_unprotected_one(fake_hosts):
     # One rank a host: every byte between the ranks crosses the hosts' link.
     fake_hosts(2)
