@@ -59,25 +59,32 @@ def test_two_hosts_of_two_ranks_run_every_collective(fake_hosts, tmp_path, hiera
         assert not any("HIERARCHICAL" in a for a in activities), activities
 
 
-def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_rank_alike(fake_hosts, tmp_path):
-    # With hosts to stage across, autotune also tries hierarchical allreduce and
-    # allgather the other way; every rank must switch at the same response, or
-    # the ranks would run different algorithms and the checked steps fail or hang.
+def _autotuned_two_host_job(fake_hosts, tmp_path, **knobs):
+    """Checked training-like steps on 2 fake hosts x 2 ranks under a short
+    autotune search; returns rank 0's autotune log rows and the allreduce
+    and allgather activity names of its timeline."""
     fake_hosts(2)
     log = tmp_path / "autotune.csv"
     timeline = tmp_path / "timeline.json"
     env = base_env(HOROVOD_AUTOTUNE="1", HOROVOD_AUTOTUNE_LOG=str(log), HOROVOD_AUTOTUNE_WARMUP_SAMPLES="0",
                    HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="1", HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="2",
-                   HOROVOD_TIMELINE=str(timeline))
+                   HOROVOD_TIMELINE=str(timeline), **knobs)
     result = _run(["-np", 4, "-H", "fh1:2,fh2:2", sys.executable, WORKER, "--tuning-steps", 80], env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     _reports(result, 4)
-    # Rank 0's timeline names what ran each collective: both algorithms did.
-    activities = set(re.findall(r'"name": ?"([A-Z]+_ALL(?:REDUCE|GATHER))"', timeline.read_text()))
-    assert {"HIERARCHICAL_ALLREDUCE", "TCP_ALLREDUCE", "HIERARCHICAL_ALLGATHER", "TCP_ALLGATHER"} <= activities, \
-        activities
     with open(log) as f:
         rows = list(csv.DictReader(f))
+    return rows, set(re.findall(r'"name": ?"([A-Z]+_ALL(?:REDUCE|GATHER))"', timeline.read_text()))
+
+
+def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_rank_alike(fake_hosts, tmp_path):
+    # With hosts to stage across, autotune also tries hierarchical allreduce and
+    # allgather the other way; every rank must switch at the same response, or
+    # the ranks would run different algorithms and the checked steps fail or hang.
+    rows, activities = _autotuned_two_host_job(fake_hosts, tmp_path)
+    # Rank 0's timeline names what ran each collective: both algorithms did.
+    assert {"HIERARCHICAL_ALLREDUCE", "TCP_ALLREDUCE", "HIERARCHICAL_ALLGATHER", "TCP_ALLGATHER"} <= activities, \
+        activities
     staging = [(row["hierarchical_allreduce"], row["hierarchical_allgather"]) for row in rows]
     # Two settings of fusion threshold and cycle time and the cache the other
     # way, all staged as the job started; then hierarchical allreduce flipped
@@ -89,23 +96,12 @@ def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_ran
 
 
 def test_autotune_across_hosts_keeps_a_hierarchical_mode_the_user_set(fake_hosts, tmp_path):
-    fake_hosts(2)
-    log = tmp_path / "autotune.csv"
-    timeline = tmp_path / "timeline.json"
-    env = base_env(HOROVOD_AUTOTUNE="1", HOROVOD_AUTOTUNE_LOG=str(log), HOROVOD_AUTOTUNE_WARMUP_SAMPLES="0",
-                   HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="1", HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="2",
-                   HOROVOD_HIERARCHICAL_ALLREDUCE="1", HOROVOD_TIMELINE=str(timeline))
-    result = _run(["-np", 4, "-H", "fh1:2,fh2:2", sys.executable, WORKER, "--tuning-steps", 80], env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    _reports(result, 4)
-    with open(log) as f:
-        rows = list(csv.DictReader(f))
+    rows, activities = _autotuned_two_host_job(fake_hosts, tmp_path, HOROVOD_HIERARCHICAL_ALLREDUCE="1")
     # Two joint settings, the cache, only hierarchical allgather flipped, the best.
     assert len(rows) == 5, rows
     assert [row["hierarchical_allreduce"] for row in rows] == ["1"] * 5, rows
     assert rows[3]["hierarchical_allgather"] == "0", rows
     # Every allreduce of the global set ran staged: none went flat.
-    activities = set(re.findall(r'"name": ?"([A-Z]+_ALLREDUCE)"', timeline.read_text()))
     assert "HIERARCHICAL_ALLREDUCE" in activities and "TCP_ALLREDUCE" not in activities, activities
 
 
