@@ -3,8 +3,9 @@
 # wheelhouse (default ./wheelhouse):
 #
 #   hvd-core        manylinux_2_28, py3-none: libhvd_core.so is a plain shared
-#                   library loaded with ctypes (no CPython extension), so one
-#                   wheel serves every CPython 3. Compiled with zig's clang
+#                   library loaded with ctypes, and its optional accelerator
+#                   _hvd_fastcall.abi3.so uses CPython's stable ABI, so one
+#                   wheel serves every Python 3. Compiled with zig's clang
 #                   targeting glibc 2.28 (libc++ linked statically), so a
 #                   newer build machine still yields a manylinux_2_28 wheel,
 #                   then checked and tagged by auditwheel.

@@ -75,11 +75,14 @@ def test_wheel_tags_metadata_and_licenses(wheelhouse):
         _one(wheelhouse, "%s-%s-py3-none-any.whl" % (name, version))
     tf = _one(wheelhouse, "hvd_tensorflow-%s-py3-none-*linux*.whl" % version)
 
-    # No CPython extension in hvd-core: the only shared objects are hvd's own.
+    # hvd-core's shared objects are hvd's own; its one CPython extension, the
+    # optional accelerator, uses the stable ABI (nothing tied to one Python).
     _, names = _metadata(core)
     shared = [n for n in names if ".so" in pathlib.Path(n).name]
-    assert shared and all(pathlib.Path(n).name.startswith("libhvd_core") for n in shared), shared
-    assert not any("cpython" in n or n.endswith(".abi3.so") for n in names)
+    assert "horovod/common/lib/_hvd_fastcall.abi3.so" in shared, shared
+    assert all(pathlib.Path(n).name.startswith("libhvd_core") or n.endswith("/_hvd_fastcall.abi3.so")
+               for n in shared), shared
+    assert not any("cpython" in n for n in names)
     audit = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(core)],
                            capture_output=True, text=True)
     assert audit.returncode == 0, audit.stderr
@@ -172,15 +175,18 @@ def test_installed_set_comes_from_the_wheelhouse(fresh_install):
     check = subprocess.run([str(py), "-c", textwrap.dedent("""\
         import horovod, horovod.common.config as c, shutil, sys
         from importlib.metadata import version
+        from horovod.common import engine_calls
         print(horovod.__file__)
         print(c.get_library_path())
         print(shutil.which("horovodrun"))
+        print(engine_calls.fastcall().__file__)
         print(version("hvd-core"), version("hvd-launch"), version("hvd-torch"), version("hvd-tensorflow"))
         """)], env=env, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr
     lines = check.stdout.splitlines()
     venv = str(py.parent.parent)
-    assert all(line.startswith(venv) for line in lines[:3]), lines
+    # The wheel's accelerator (built by zig against glibc 2.28) loads too.
+    assert all(line.startswith(venv) for line in lines[:4]), lines
 
 
 TORCH_JOB = """\

@@ -4,12 +4,20 @@
 # second. The interrupted operation stays in flight with its buffers alive,
 # and shutdown() ends it cleanly. What the ranks run is in
 # rank_programs/interrupts.py.
+import pytest
+
 import ranks
 
+# The synchronous calls wait through the C accelerator (HVD_FASTCALL=1, the
+# default where it is built) or through ctypes alone: both must be interruptible.
+BOTH_CALL_PATHS = pytest.mark.parametrize("fastcall", ["1", "0"])
 
-def test_ctrl_c_interrupts_a_pending_allreduce_and_the_operation_still_completes(tmp_path):
+
+@BOTH_CALL_PATHS
+def test_ctrl_c_interrupts_a_pending_allreduce_and_the_operation_still_completes(tmp_path, fastcall):
     results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
-                                   kwargs={"marker_dir": str(tmp_path)}, timeout=60)
+                                   kwargs={"marker_dir": str(tmp_path)}, timeout=60,
+                                   env={"HVD_FASTCALL": fastcall})
     assert results[0]["interrupted"] is True
     assert results[0]["waited"] < 1.0, results[0]
     for res in results:
@@ -17,9 +25,11 @@ def test_ctrl_c_interrupts_a_pending_allreduce_and_the_operation_still_completes
         assert res["after"] == [2.0]
 
 
-def test_ctrl_c_interrupts_a_pending_allgather_and_later_collectives_still_work(tmp_path):
+@BOTH_CALL_PATHS
+def test_ctrl_c_interrupts_a_pending_allgather_and_later_collectives_still_work(tmp_path, fastcall):
     results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
-                                   kwargs={"marker_dir": str(tmp_path), "collective": "allgather"}, timeout=60)
+                                   kwargs={"marker_dir": str(tmp_path), "collective": "allgather"}, timeout=60,
+                                   env={"HVD_FASTCALL": fastcall})
     assert results[0]["interrupted"] is True and "gathered" not in results[0]
     assert results[0]["waited"] < 1.0, results[0]
     assert results[1]["gathered"] == [0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0]

@@ -12,7 +12,8 @@ import numpy as np
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
 from horovod.common.engine_calls import (ENGINE_ALLOCATED_ALLREDUCE_BYTES, HandleManager, OwnedResultMemory, TensorDesc,
-                                         call_sync, call_sync_owned, free_owned, full_name, group_tensor_names,
+                                         call_sync, call_sync_buffers, call_sync_owned, call_sync_owned_buffer,
+                                         free_owned, full_name, group_tensor_names,
                                          owned_address, read_owned, received_splits, result, run_sync, run_sync_owned,
                                          sync_template)
 from horovod.common.engine_calls import thread_sync as _thread_sync
@@ -50,8 +51,8 @@ except ImportError:  # bfloat16 arrays need ml_dtypes; nothing else does
 
 # Synchronous allreduce/broadcast calls keep their argument blocks in the
 # per-thread cache of engine_calls.thread_sync(), keyed (collective, name,
-# shape, op, factors, process set id, in place) -> (dtype, packed block, its
-# address, input and output pointer offsets). A hit skips describing the
+# shape, op, factors, process set id, in place) -> (dtype, its
+# engine_calls.sync_template block). A hit skips describing the
 # array, naming the tensor and finding the block: for a small collective
 # those cost more than the engine does. The dtype is compared by identity
 # (numpy's native dtypes are singletons; anything else takes the general
@@ -70,27 +71,34 @@ def _address_if_simple(array):
         return None
 
 
-def _cached_block(state, key, tensor, output, collective, name, process_set_id, op, root_rank, prescale_factor,
-                  postscale_factor):
-    """The address of this call site's argument block from the per-thread
-    cache (`state`), with the data pointers of `tensor` and `output` (None:
-    the engine allocates the result) filled in; None (having done nothing)
+def _cached_template(state, key, tensor, output, collective, name, process_set_id, op, root_rank, prescale_factor,
+                     postscale_factor):
+    """This call site's argument block (a sync_template) from the per-thread
+    cache (`state`); `output` None: the engine allocates the result. None
     when an array is not a plain writable one the cache can take."""
     entry = state.blocks.get(key)
-    if entry is None or entry[0] is not tensor.dtype:
-        entry = _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank, prescale_factor,
-                            postscale_factor)
-        if entry is None:
-            return None
-        if len(state.blocks) >= _MAX_SYNC_BLOCKS:
-            state.blocks.clear()
-        state.blocks[key] = entry
+    if entry is not None and entry[0] is tensor.dtype:
+        return entry[1]
+    entry = _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank, prescale_factor,
+                        postscale_factor)
+    if entry is None:
+        return None
+    if len(state.blocks) >= _MAX_SYNC_BLOCKS:
+        state.blocks.clear()
+    state.blocks[key] = entry
+    return entry[1]
+
+
+def _filled_block(template, tensor, output):
+    """The address of `template` with the data pointers of `tensor` and
+    `output` (None, or `tensor` itself: one array) filled in; None when an
+    array offers no writable, contiguous, non-empty buffer."""
     try:
         in_ptr = _addressof(_from_buffer(tensor))
         out_ptr = in_ptr if output is tensor or output is None else _addressof(_from_buffer(output))
     except (TypeError, ValueError, BufferError):
         return None
-    _, buf, base, in_offset, out_offset = entry
+    buf, base, in_offset, out_offset, _ = template
     _POINTER_PACK(buf, in_offset, in_ptr)
     if out_offset is not None:
         _POINTER_PACK(buf, out_offset, out_ptr)
@@ -103,11 +111,17 @@ def _run_cached(key, tensor, output, collective, name, process_set_id, op, root_
     cache; returns False (having done nothing) when `tensor` (or `output`, if
     not in place) is not a plain writable array the cache can take."""
     state = _thread_sync()
-    base = _cached_block(state, key, tensor, output, collective, name, process_set_id, op, root_rank,
-                         prescale_factor, postscale_factor)
+    template = _cached_template(state, key, tensor, output, collective, name, process_set_id, op, root_rank,
+                                prescale_factor, postscale_factor)
+    if template is None:
+        return False
+    keepalive = tensor if output is tensor else (tensor, output)
+    if call_sync_buffers(template, tensor, output, keepalive, state):
+        return True
+    base = _filled_block(template, tensor, output)
     if base is None:
         return False
-    call_sync(base, tensor if output is tensor else (tensor, output), state)
+    call_sync(base, keepalive, state)
     return True
 
 
@@ -164,8 +178,8 @@ def _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank,
         return None
     desc = _describe(tensor)
     out_desc = desc if output is tensor else None if output is None else _describe(output)
-    return (tensor.dtype,) + sync_template(collective, desc, out_desc, full_name(_NAMES[collective], name),
-                                           process_set_id, op, root_rank, prescale_factor, postscale_factor)
+    return tensor.dtype, sync_template(collective, desc, out_desc, full_name(_NAMES[collective], name),
+                                       process_set_id, op, root_rank, prescale_factor, postscale_factor)
 
 
 _NAMES = {c_api.ALLREDUCE: "allreduce", c_api.BROADCAST: "broadcast", c_api.ALLGATHER: "allgather",
@@ -390,13 +404,16 @@ def _owned_result_now(collective, tensor, name, process_set, reduce_op=Sum, pres
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     state = _thread_sync()
     key = (collective, name, tensor.shape, reduce_op, prescale_factor, postscale_factor, process_set_id)
-    base = _cached_block(state, key, tensor, None, collective, name, process_set_id, reduce_op, 0, prescale_factor,
-                         postscale_factor)
-    if base is None:  # read-only, strided, empty or refused: described and checked on the general path
-        managed = run_sync_owned(collective, _describe(tensor), full_name(_NAMES[collective], name), process_set_id,
-                                 tensor, reduce_op, prescale_factor, postscale_factor)
-    else:
-        managed = call_sync_owned(base, tensor, state)
+    template = _cached_template(state, key, tensor, None, collective, name, process_set_id, reduce_op, 0,
+                                prescale_factor, postscale_factor)
+    managed = None if template is None else call_sync_owned_buffer(template, tensor, tensor, state)
+    if managed is None:
+        base = None if template is None else _filled_block(template, tensor, None)
+        if base is None:  # read-only, strided, empty or refused: described and checked on the general path
+            managed = run_sync_owned(collective, _describe(tensor), full_name(_NAMES[collective], name),
+                                     process_set_id, tensor, reduce_op, prescale_factor, postscale_factor)
+        else:
+            managed = call_sync_owned(base, tensor, state)
     return _owned_to_numpy(managed, tensor.dtype)
 
 

@@ -5,12 +5,16 @@
 """Enqueueing collectives and managing their handles."""
 
 import ctypes
+import importlib.machinery
+import importlib.util
 import itertools
+import os
 import struct
+import sys
 import threading
 import time
 
-from horovod.common import c_api
+from horovod.common import c_api, config
 from horovod.common.exceptions import HorovodInternalError
 
 __all__ = ["ENGINE_ALLOCATED_ALLREDUCE_BYTES", "TensorDesc", "enqueue", "HandleManager", "full_name",
@@ -253,22 +257,23 @@ def _wait(library, c_handle, timeout=None):
 def sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0,
                   prescale_factor=1.0, postscale_factor=1.0):
     """A packed argument block for one synchronous single-tensor collective of
-    this signature, and the offsets of its input's and output's data pointers
-    (the output's is None when the block has no output). Not cached: callers
-    keep it (see run_sync and horovod.common.collectives' per-call-site caches)
-    and reuse it on their own thread only."""
+    this signature: (the block, its address as a c_void_p, the offsets of its
+    input's and output's data pointers (the output's is None when the block
+    has no output), its address as an int). Not cached: callers keep it (see
+    run_sync and horovod.common.collectives' per-call-site caches) and reuse
+    it on their own thread only."""
     outputs = None if desc_out is None else [desc_out]
     buf, data_offsets = _pack(collective, [desc_in], [name], process_set_id, outputs, reduce_op, root_rank,
                               prescale_factor, postscale_factor, None, True)
     offsets = [offset for offset, _, _ in data_offsets]
-    return buf, ctypes.c_void_p(ctypes.addressof(buf)), offsets[0], offsets[1] if len(offsets) > 1 else None
+    address = ctypes.addressof(buf)
+    return buf, ctypes.c_void_p(address), offsets[0], offsets[1] if len(offsets) > 1 else None, address
 
 
-def _filled_sync_block(collective, desc_in, desc_out, name, process_set_id, reduce_op, root_rank, prescale_factor,
-                       postscale_factor):
-    """This thread's argument block for one synchronous single-tensor call of
-    this signature (desc_out None: the engine allocates the result), with the
-    data pointers filled in; returns its address (a c_void_p)."""
+def _cached_sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op, root_rank,
+                          prescale_factor, postscale_factor):
+    """This thread's sync_template for one synchronous single-tensor call of
+    this signature (desc_out None: the engine allocates the result)."""
     # A flat key (cheaper than _args_block's general one) for the same
     # per-thread template cache: a small collective's Python cost is mostly
     # finding its argument block.
@@ -284,11 +289,7 @@ def _filled_sync_block(collective, desc_in, desc_out, name, process_set_id, redu
             cache.clear()
         template = cache[key] = sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op,
                                               root_rank, prescale_factor, postscale_factor)
-    buf, base, in_offset, out_offset = template
-    _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
-    if out_offset is not None:
-        _POINTER.pack_into(buf, out_offset, desc_out.data_ptr)
-    return base
+    return template
 
 
 def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, root_rank=0, prescale_factor=1.0,
@@ -302,9 +303,10 @@ def run_sync(collective, desc_in, desc_out, name, process_set_id, reduce_op=1, r
 
     Raises the operation's error.
     """
-    base = _filled_sync_block(collective, desc_in, desc_out, name, process_set_id, reduce_op, root_rank,
-                              prescale_factor, postscale_factor)
-    call_sync(base, keepalive)
+    template = _cached_sync_template(collective, desc_in, desc_out, name, process_set_id, reduce_op, root_rank,
+                                     prescale_factor, postscale_factor)
+    call_sync_addresses(template, desc_in.data_ptr, None if desc_out is None else desc_out.data_ptr, keepalive,
+                        thread_sync())
 
 
 class _ThreadSync:
@@ -313,16 +315,19 @@ class _ThreadSync:
     like (horovod.common.collectives keeps its call sites' argument blocks
     there)."""
 
-    __slots__ = ("slot", "slot_ref", "blocks", "result", "result_ref", "result_output")
+    __slots__ = ("slot", "slot_ref", "slot_address", "blocks", "result", "result_ref", "result_address",
+                 "result_output")
 
     def __init__(self):
         self.slot = ctypes.c_void_p()
         self.slot_ref = ctypes.byref(self.slot)
+        self.slot_address = ctypes.addressof(self.slot)
         self.blocks = {}
         # run_sync_owned's hvd_result, reused; result_output reads its
         # `output` as an address without building a ctypes pointer object.
         self.result = c_api.Result(struct_size=ctypes.sizeof(c_api.Result))
         self.result_ref = ctypes.byref(self.result)
+        self.result_address = ctypes.addressof(self.result)
         self.result_output = ctypes.c_void_p.from_buffer(self.result, c_api.Result.output.offset)
 
 
@@ -352,6 +357,66 @@ def raw_enqueue_wait():
 
 _SLICE = ctypes.c_double(_WAIT_SLICE_SECONDS)
 
+# The C accelerator (packages/hvd-core/pyext/fastcall.c, installed next to
+# libhvd_core as _hvd_fastcall.abi3.so): it takes the data pointers and runs
+# hvd_enqueue_wait in one C call, where ctypes costs a small allreduce as
+# much again as the engine's own work. Without it (PyPy, CPython < 3.11, a
+# build without Python headers, or HVD_FASTCALL=0) the ctypes calls below do
+# the same. None: not looked for yet; False: not available.
+FASTCALL_ENV_VAR = "HVD_FASTCALL"
+_fast = None
+
+
+def _load_fastcall():
+    if os.environ.get(FASTCALL_ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 11):
+        return False
+    path = os.path.join(os.path.dirname(config.get_library_path()), "_hvd_fastcall.abi3.so")
+    if not os.path.isfile(path):
+        return False
+    name = "horovod.common._hvd_fastcall"
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    try:
+        module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
+        loader.exec_module(module)
+    except ImportError:  # a copy built for another platform or Python: ctypes still works
+        return False
+    library = c_api.lib()
+    module.bind(*[ctypes.cast(library[function], ctypes.c_void_p).value
+                  for function in ("hvd_enqueue_wait", "hvd_enqueue", "hvd_handle_wait", "hvd_handle_get_result",
+                                   "hvd_handle_release")], _WAIT_SLICE_SECONDS)
+    return module
+
+
+def fastcall():
+    """The C accelerator module, or False when this process runs without it."""
+    global _fast
+    if _fast is None:
+        _fast = _load_fastcall()
+    return _fast
+
+
+def _finish_sync(err, state):
+    """After hvd_enqueue_wait returned `err`: waits for an operation still in
+    flight (its handle in state.slot), releases it and raises the error."""
+    handle = state.slot.value
+    if handle:
+        err = _wait(c_api.lib(), handle)  # an interrupt here leaves the handle in the slot
+        c_api.lib().hvd_handle_release(handle)
+        state.slot.value = None
+    if err:
+        c_api.check(err)
+
+
+def _abandon_in_flight(state, keepalive):
+    """An interrupted synchronous call: the operation in state.slot (if any)
+    keeps `keepalive` until it completes."""
+    handle = state.slot.value
+    if handle:
+        with _abandoned_lock:
+            _abandoned[handle] = keepalive
+
 
 def call_sync(base, keepalive, state=None):
     """Enqueues the packed block at `base` (an address, or a c_void_p holding
@@ -369,19 +434,55 @@ def call_sync(base, keepalive, state=None):
     # finds there what is still in flight).
     try:
         err = (_raw_enqueue_wait or raw_enqueue_wait())(base, _SLICE, state.slot_ref)
-        handle = state.slot.value
-        if handle:
-            err = _wait(c_api.lib(), handle)
+        if err or state.slot.value:
+            _finish_sync(err, state)
     except BaseException:
-        handle = state.slot.value
-        if handle:
-            with _abandoned_lock:
-                _abandoned[handle] = keepalive
+        _abandon_in_flight(state, keepalive)
         raise
-    if handle:
-        c_api.lib().hvd_handle_release(handle)
-    if err:
-        c_api.check(err)
+
+
+def call_sync_buffers(template, tensor, output, keepalive, state):
+    """call_sync for a sync_template block whose data pointers the C
+    accelerator takes from the buffers of `tensor` and `output` (`tensor`
+    itself or None: in place, or no output). False, having done nothing,
+    without the accelerator or when an array offers no writable contiguous
+    non-empty buffer; True once the operation completed."""
+    fast = _fast if _fast is not None else fastcall()
+    if not fast:
+        return False
+    if _abandoned:
+        _release_finished_abandoned(c_api.lib())
+    try:
+        outcome = fast.run(template[4], state.slot_address, template[2], template[3], tensor, output)
+        if outcome is not None:
+            if outcome is False:
+                return False
+            _finish_sync(outcome, state)
+    except BaseException:
+        _abandon_in_flight(state, keepalive)
+        raise
+    return True
+
+
+def call_sync_addresses(template, in_address, out_address, keepalive, state):
+    """call_sync for a sync_template block, with its data pointers (the
+    output's ignored when the block has none) filled in here."""
+    fast = _fast if _fast is not None else fastcall()
+    if not fast:
+        _POINTER.pack_into(template[0], template[2], in_address)
+        if template[3] is not None:
+            _POINTER.pack_into(template[0], template[3], out_address)
+        call_sync(template[1], keepalive, state)
+        return
+    if _abandoned:
+        _release_finished_abandoned(c_api.lib())
+    try:
+        err = fast.run_addresses(template[4], state.slot_address, template[2], in_address, template[3], out_address)
+        if err is not None:
+            _finish_sync(err, state)
+    except BaseException:
+        _abandon_in_flight(state, keepalive)
+        raise
 
 
 def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, reduce_op=1, prescale_factor=1.0,
@@ -396,8 +497,9 @@ def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, re
     Raises the operation's error; an interrupted wait leaves the operation to
     complete with `keepalive` referenced, as run_sync does.
     """
-    base = _filled_sync_block(collective, desc_in, None, name, process_set_id, reduce_op, 0, prescale_factor,
-                              postscale_factor)
+    buf, base, in_offset, _, _ = _cached_sync_template(collective, desc_in, None, name, process_set_id, reduce_op,
+                                                       0, prescale_factor, postscale_factor)
+    _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
     return call_sync_owned(base, keepalive)
 
 
@@ -428,22 +530,59 @@ def call_sync_owned(base, keepalive, state=None):
         _release_finished_abandoned(library)
     if state is None:
         state = thread_sync()
-    enqueue, wait, get_result, release = _owned_calls or _raw_owned_calls()
-    slot = state.slot
-    slot.value = None
+    enqueue, wait, _, _ = _owned_calls or _raw_owned_calls()
+    state.slot.value = None
     err = enqueue(base, state.slot_ref)
     if err:
         c_api.check(err)
-    # Every call below passes `slot` (a c_void_p) as the handle: without
+    # Every call passes the slot (a c_void_p) as the handle: without
     # argtypes, ctypes would pass a Python int as a 32-bit C int.
     try:
-        err = wait(slot, _SLICE)
+        err = wait(state.slot, _SLICE)
+    except BaseException:
+        _abandon_in_flight(state, keepalive)
+        raise
+    return _finish_owned(err, state, keepalive)
+
+
+def call_sync_owned_buffer(template, tensor, keepalive, state):
+    """call_sync_owned through the C accelerator, which takes the input
+    pointer from `tensor`'s buffer: the result's DLManagedTensor address, or
+    None, having done nothing, without the accelerator or when `tensor`
+    offers no writable contiguous non-empty buffer."""
+    fast = _fast if _fast is not None else fastcall()
+    if not fast:
+        return None
+    if _abandoned:
+        _release_finished_abandoned(c_api.lib())
+    try:
+        outcome = fast.run_owned(template[4], state.slot_address, template[2], tensor, state.result_address)
+    except BaseException:
+        _abandon_in_flight(state, keepalive)
+        raise
+    if type(outcome) is int:
+        return outcome
+    if outcome is False:
+        return None
+    return _finish_owned(outcome[0], state, keepalive)
+
+
+def _finish_owned(err, state, keepalive):
+    """After an allocating collective was enqueued and waited for one slice
+    (`err`: what the wait returned), or failed before that (the slot empty):
+    waits out the rest, takes the result's address and releases the handle."""
+    library = c_api.lib()
+    slot = state.slot
+    if not slot.value:
+        c_api.check(err)
+        raise HorovodInternalError("the finished collective returned no result")
+    _, _, get_result, release = _owned_calls or _raw_owned_calls()
+    try:
         if err and library.hvd_error_get_code(err) == c_api.ERROR_TIMEOUT:
             library.hvd_error_destroy(err)
             err = _wait(library, slot.value)
     except BaseException:
-        with _abandoned_lock:
-            _abandoned[slot.value] = keepalive
+        _abandon_in_flight(state, keepalive)
         raise
     try:
         if err:
@@ -458,6 +597,7 @@ def call_sync_owned(base, keepalive, state=None):
         return managed
     finally:
         release(slot)
+        slot.value = None
 
 
 def result(handle, index=0):

@@ -10,7 +10,6 @@
 
 import ctypes
 import functools
-import struct
 
 import torch
 import torch.utils.dlpack
@@ -20,7 +19,8 @@ from horovod.common import c_api
 from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.engine_calls import ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync, sync_template, thread_sync
+from horovod.common.engine_calls import (ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync_addresses, sync_template,
+                                         thread_sync)
 from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
                                     owned_address, received_splits, result, run_sync, run_sync_owned)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -181,7 +181,6 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
 _STRIDED = torch.strided
 _ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other users of thread_sync().blocks
 _MAX_SYNC_BLOCKS = 4096
-_POINTER_PACK = struct.Struct("<Q").pack_into
 
 
 def _result_from_pool(tensor):
@@ -225,11 +224,8 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
                 state.blocks[key] = entry
         if entry is not None:
             out = tensor if in_place else torch.empty_like(tensor)
-            buf, base, in_offset, out_offset = entry
-            _POINTER_PACK(buf, in_offset, tensor.data_ptr())
-            _POINTER_PACK(buf, out_offset, out.data_ptr())
             try:
-                call_sync(base, (tensor, out), state)
+                call_sync_addresses(entry, tensor.data_ptr(), out.data_ptr(), (tensor, out), state)
             except _CoreMismatchError as e:
                 _raise_torch_error(e)
             return out

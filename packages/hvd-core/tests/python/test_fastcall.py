@@ -1,0 +1,62 @@
+# test_fastcall.py - the optional C accelerator of the synchronous numpy and
+# torch calls (packages/hvd-core/pyext/fastcall.c, _hvd_fastcall.abi3.so
+# next to libhvd_core): built and found, switched off by HVD_FASTCALL=0, and
+# giving exactly what the ctypes path gives, errors included. Interrupted
+# waits through it: test_interrupts.py. Rank side: rank_programs/fastcall.py.
+import os
+import subprocess
+import sys
+
+import ranks
+from horovod.common import config
+
+
+def _accelerator_path():
+    return os.path.join(os.path.dirname(config.get_library_path()), "_hvd_fastcall.abi3.so")
+
+
+def test_accelerator_is_built_next_to_the_library_and_links_no_libpython():
+    path = _accelerator_path()
+    assert os.path.isfile(path), "no %s: hvd-core was built without Python headers" % path
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    needed = [line for line in dynamic.splitlines() if "(NEEDED)" in line]
+    assert not [line for line in needed if "libpython" in line or "libhvd_core" in line], needed
+
+
+def _loaded(env_value):
+    env = dict(os.environ)
+    env.pop("HVD_FASTCALL", None)
+    if env_value is not None:
+        env["HVD_FASTCALL"] = env_value
+    code = "from horovod.common import engine_calls; print(type(engine_calls.fastcall()).__name__)"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip()
+
+
+def test_accelerator_loads_by_default_and_hvd_fastcall_0_turns_it_off():
+    assert _loaded(None) == "module"
+    assert _loaded("1") == "module"
+    assert _loaded("0") == "bool"
+    assert _loaded("off") == "bool"
+
+
+def test_every_synchronous_call_gives_the_same_with_and_without_the_accelerator():
+    on = ranks.run_program_ok(2, "fastcall:every_call_either_way", timeout=240)
+    off = ranks.run_program_ok(2, "fastcall:every_call_either_way", timeout=240, env={"HVD_FASTCALL": "0"})
+    for rank in range(2):
+        assert on[rank]["accelerator_loaded"] and not off[rank]["accelerator_loaded"]
+        assert len(on[rank]["outcomes"]) == len(off[rank]["outcomes"]) > 0
+        for with_it, without in zip(on[rank]["outcomes"], off[rank]["outcomes"]):
+            label, tag, call, accelerated = with_it[:4]
+            assert not without[3], without
+            # Results and errors alike, byte for byte.
+            assert with_it[:3] + with_it[4:] == without[:3] + without[4:], (rank, with_it, without)
+            # Every call on a plain array goes through it, but bfloat16 ones:
+            # numpy cannot export that dtype through the buffer protocol.
+            if tag.endswith(".plain") and not tag.startswith("bfloat16"):
+                assert accelerated, (rank, with_it[:5])
+    statuses = {tuple(o[:2]): o[4] for o in on[0]["outcomes"]}
+    # The cases meant to fail did, the same way on both paths.
+    assert statuses[("allreduce_", "float32.read_only")] == "error"
+    assert statuses[("allreduce", "float32.read_only")] == "ok"
+    assert statuses[("allreduce", "float32.strided")] == "error"
