@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dlpack/dlpack.h"
+
 typedef void* (*enqueue_wait_fn)(const void* args, double timeout_seconds, void** handle);
 typedef void* (*enqueue_fn)(const void* args, void** handle);
 typedef void* (*handle_wait_fn)(void* handle, double timeout_seconds);
@@ -41,7 +43,7 @@ static double wait_slice_seconds = 0.05;
 typedef struct {
   size_t struct_size;
   size_t tensor_index;
-  void* output;
+  DLManagedTensor* output;
 } result_head;
 
 static void* address_arg(PyObject* value) {
@@ -170,23 +172,60 @@ static PyObject* run_addresses(PyObject* self, PyObject* const* args, Py_ssize_t
   return enqueue_and_wait(block, slot);
 }
 
-/* run_owned(block, slot, in_offset, tensor, result): a collective whose
- * result the engine allocates (allgather, reducescatter). Returns the
- * result's DLManagedTensor address (the caller owns it) when the operation
- * finished within one slice; False, having done nothing, when `tensor` has
- * no writable contiguous non-empty buffer; else a 1-tuple holding the
- * hvd_error* (0: none) for the caller to finish: with the handle still in
- * *slot when enqueue succeeded and the wait did not, else with *slot NULL. */
+/* A host result of at most `limit` bytes as (bytearray of its bytes, shape
+ * tuple), the engine's copy freed; NULL (no error set) for a larger or
+ * device result, which the caller takes over as it is. */
+static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
+  const DLTensor* t = &managed->dl_tensor;
+  PyObject *data, *shape, *pair;
+  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
+  int i;
+  if (t->device.device_type != kDLCPU) return NULL;
+  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
+  if (bytes > limit) return NULL;
+  shape = PyTuple_New(t->ndim);
+  if (shape == NULL) return NULL;
+  for (i = 0; i < t->ndim; ++i) {
+    PyObject* extent = PyLong_FromLongLong((long long)t->shape[i]);
+    if (extent == NULL) {
+      Py_DECREF(shape);
+      return NULL;
+    }
+    PyTuple_SetItem(shape, i, extent);
+  }
+  data = PyByteArray_FromStringAndSize((const char*)t->data + t->byte_offset, bytes);
+  if (data == NULL) {
+    Py_DECREF(shape);
+    return NULL;
+  }
+  pair = PyTuple_Pack(2, data, shape);
+  Py_DECREF(data);
+  Py_DECREF(shape);
+  if (pair != NULL && managed->deleter != NULL) managed->deleter(managed);
+  return pair;
+}
+
+/* run_owned(block, slot, in_offset, tensor, result, copy_limit): a
+ * collective whose result the engine allocates (allgather, reducescatter),
+ * when the operation finished within one slice: a host result of at most
+ * copy_limit bytes as (bytearray, shape) with the engine's copy freed, any
+ * other as its DLManagedTensor address (the caller owns it). False, having
+ * done nothing, when `tensor` has no writable contiguous non-empty buffer.
+ * Else a 1-tuple holding the hvd_error* (0: none) for the caller to finish:
+ * with the handle still in *slot when enqueue succeeded and the wait did
+ * not, else with *slot NULL. */
 static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   char* block;
   void** slot;
   Py_ssize_t in_offset;
+  Py_ssize_t copy_limit;
   void* in_data;
   result_head* result;
   void* error;
-  if (check_count(nargs, 5, "run_owned") != 0 || parse_block(args, &block, &slot) != 0) return NULL;
+  if (check_count(nargs, 6, "run_owned") != 0 || parse_block(args, &block, &slot) != 0) return NULL;
   in_offset = PyLong_AsSsize_t(args[2]);
   result = (result_head*)address_arg(args[4]);
+  copy_limit = PyLong_AsSsize_t(args[5]);
   if (PyErr_Occurred()) return NULL;
   if (result == NULL) {
     PyErr_SetString(PyExc_ValueError, "null hvd_result");
@@ -208,7 +247,12 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
     }
   }
   Py_END_ALLOW_THREADS
-  if (error == NULL && result->output != NULL) return PyLong_FromVoidPtr(result->output);
+  if (error == NULL && result->output != NULL) {
+    DLManagedTensor* managed = result->output;
+    PyObject* copied = copied_result(managed, copy_limit);
+    if (copied != NULL || PyErr_Occurred()) return copied;  /* on an error, the result leaks: memory was short */
+    return PyLong_FromVoidPtr(managed);
+  }
   return Py_BuildValue("(N)", PyLong_FromVoidPtr(error));
 }
 

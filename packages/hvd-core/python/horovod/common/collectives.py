@@ -407,7 +407,11 @@ def _owned_result_now(collective, tensor, name, process_set, reduce_op=Sum, pres
     key = (collective, name, tensor.shape, reduce_op, prescale_factor, postscale_factor, process_set_id)
     template = _cached_template(state, key, tensor, None, collective, name, process_set_id, reduce_op, 0,
                                 prescale_factor, postscale_factor)
-    managed = None if template is None else call_sync_owned_buffer(template, tensor, tensor, state)
+    managed = None if template is None else call_sync_owned_buffer(template, tensor, tensor, state,
+                                                                   _COPIED_RESULT_BYTES)
+    if type(managed) is tuple:  # a small result, copied by the accelerator
+        data, shape = managed
+        return np.frombuffer(data, tensor.dtype).reshape(shape)
     if managed is None:
         base = None if template is None else _filled_block(template, tensor, None)
         if base is None:  # read-only, strided, empty or refused: described and checked on the general path

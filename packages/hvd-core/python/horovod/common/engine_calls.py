@@ -545,22 +545,25 @@ def call_sync_owned(base, keepalive, state=None):
     return _finish_owned(err, state, keepalive)
 
 
-def call_sync_owned_buffer(template, tensor, keepalive, state):
+def call_sync_owned_buffer(template, tensor, keepalive, state, copy_limit):
     """call_sync_owned through the C accelerator, which takes the input
-    pointer from `tensor`'s buffer: the result's DLManagedTensor address, or
-    None, having done nothing, without the accelerator or when `tensor`
-    offers no writable contiguous non-empty buffer."""
+    pointer from `tensor`'s buffer. Returns the result's DLManagedTensor
+    address; or, for a host result of at most `copy_limit` bytes, a copy of
+    it as (bytearray, shape), the engine's result already freed; or None,
+    having done nothing, without the accelerator or when `tensor` offers no
+    writable contiguous non-empty buffer."""
     fast = _fast if _fast is not None else fastcall()
     if not fast:
         return None
     if _abandoned:
         _release_finished_abandoned(c_api.lib())
     try:
-        outcome = fast.run_owned(template[4], state.slot_address, template[2], tensor, state.result_address)
+        outcome = fast.run_owned(template[4], state.slot_address, template[2], tensor, state.result_address,
+                                 copy_limit)
     except BaseException:
         _abandon_in_flight(state, keepalive)
         raise
-    if type(outcome) is int:
+    if type(outcome) is int or (type(outcome) is tuple and len(outcome) == 2):
         return outcome
     if outcome is False:
         return None

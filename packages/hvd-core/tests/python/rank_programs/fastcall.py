@@ -25,12 +25,13 @@ class _CountingAccelerator:
 
 
 def _outcome(call):
-    """(result bytes and dtype, or the exception's class and message)."""
+    """(the result's dtype, shape, flags and bytes, or the exception's class and message)."""
     try:
         out = call()
     except Exception as e:  # the same error either way is part of what is compared
         return ["error", type(e).__name__, str(e)]
-    return ["ok", str(out.dtype), list(out.shape), out.tobytes().hex()]
+    return ["ok", str(out.dtype), list(out.shape), bool(out.flags.writeable), bool(out.flags.c_contiguous),
+            out.tobytes().hex()]
 
 
 def every_call_either_way(rounds=2):
