@@ -174,13 +174,13 @@ static PyObject* run_addresses(PyObject* self, PyObject* const* args, Py_ssize_t
 
 /* A host result of at most `limit` bytes as (bytearray of its bytes, shape
  * tuple), the engine's copy freed; NULL (no error set) for a larger or
- * device result, which the caller takes over as it is. */
+ * device result, or when `limit` is 0: the caller takes it over as it is. */
 static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
   const DLTensor* t = &managed->dl_tensor;
   PyObject *data, *shape, *pair;
   Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
   int i;
-  if (t->device.device_type != kDLCPU) return NULL;
+  if (limit <= 0 || t->device.device_type != kDLCPU) return NULL;
   for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
   if (bytes > limit) return NULL;
   shape = PyTuple_New(t->ndim);
@@ -206,8 +206,9 @@ static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
 }
 
 /* run_owned(block, slot, in_offset, tensor, result, copy_limit): a
- * collective whose result the engine allocates (allgather, reducescatter),
- * when the operation finished within one slice: a host result of at most
+ * collective whose result the engine allocates (allgather, reducescatter);
+ * `tensor` is the input array, or its data address as an int. When the
+ * operation finished within one slice: a host result of at most
  * copy_limit bytes as (bytearray, shape) with the engine's copy freed, any
  * other as its DLManagedTensor address (the caller owns it). False, having
  * done nothing, when `tensor` has no writable contiguous non-empty buffer.
@@ -231,8 +232,13 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
     PyErr_SetString(PyExc_ValueError, "null hvd_result");
     return NULL;
   }
-  in_data = writable_data(args[3]);
-  if (in_data == NULL) Py_RETURN_FALSE;
+  if (PyLong_Check(args[3])) {
+    in_data = PyLong_AsVoidPtr(args[3]);
+    if (PyErr_Occurred()) return NULL;
+  } else {
+    in_data = writable_data(args[3]);
+    if (in_data == NULL) Py_RETURN_FALSE;
+  }
   store_address(block, in_offset, in_data);
   Py_BEGIN_ALLOW_THREADS
   *slot = NULL;

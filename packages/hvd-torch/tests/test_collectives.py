@@ -21,6 +21,18 @@ def _report(size):
     return torch_ranks.run_program_ok(size, "collectives:every_collective_check", timeout=180)
 
 
+def test_every_check_also_passes_through_ctypes_alone():
+    # The synchronous calls go through hvd-core's C accelerator where it is
+    # built (the runs above); HVD_FASTCALL=0 takes the ctypes path, which
+    # must give the same results.
+    reports = torch_ranks.run_program_ok(2, "collectives:every_collective_check", timeout=180,
+                                         env={"HVD_FASTCALL": "0"})
+    for rank, report in enumerate(reports):
+        assert len(report) > 10, report
+        failed = {check: failure for check, failure in report.items() if failure is not None}
+        assert not failed, "rank %d: %s" % (rank, failed)
+
+
 def _assert_checks(size, *checks):
     for rank, report in enumerate(_report(size)):
         for check in checks:

@@ -486,21 +486,27 @@ def call_sync_addresses(template, in_address, out_address, keepalive, state):
 
 
 def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, reduce_op=1, prescale_factor=1.0,
-                   postscale_factor=1.0):
+                   postscale_factor=1.0, copy_limit=0):
     """run_sync for a single-tensor collective whose result the engine
     allocates (allgather, reducescatter): enqueues, waits and returns the
     address of the finished operation's result (a DLManagedTensor), which the
     caller now owns (read_owned, adopt_owned_result). Skips the integer
     handle's bookkeeping, closures and the general argument-block key, which
-    cost a small allgather twice the engine's own time.
+    cost a small allgather twice the engine's own time. With the C
+    accelerator, a host result of at most `copy_limit` bytes comes back
+    copied instead, as (bytearray, shape), the engine's result freed.
 
     Raises the operation's error; an interrupted wait leaves the operation to
     complete with `keepalive` referenced, as run_sync does.
     """
-    buf, base, in_offset, _, _ = _cached_sync_template(collective, desc_in, None, name, process_set_id, reduce_op,
-                                                       0, prescale_factor, postscale_factor)
+    template = _cached_sync_template(collective, desc_in, None, name, process_set_id, reduce_op, 0, prescale_factor,
+                                     postscale_factor)
+    state = thread_sync()
+    if _fast if _fast is not None else fastcall():
+        return call_sync_owned_buffer(template, desc_in.data_ptr, keepalive, state, copy_limit)
+    buf, base, in_offset, _, _ = template
     _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
-    return call_sync_owned(base, keepalive)
+    return call_sync_owned(base, keepalive, state)
 
 
 _owned_calls = None
@@ -547,7 +553,7 @@ def call_sync_owned(base, keepalive, state=None):
 
 def call_sync_owned_buffer(template, tensor, keepalive, state, copy_limit):
     """call_sync_owned through the C accelerator, which takes the input
-    pointer from `tensor`'s buffer. Returns the result's DLManagedTensor
+    pointer from `tensor`'s buffer (or `tensor` is that address). Returns the result's DLManagedTensor
     address; or, for a host result of at most `copy_limit` bytes, a copy of
     it as (bytearray, shape), the engine's result already freed; or None,
     having done nothing, without the accelerator or when `tensor` offers no

@@ -358,6 +358,12 @@ def _owned_results_async(collective, collective_name, tensors, name, ps_id, sing
                            caller_waits=caller_waits)
 
 
+# Engine-allocated results up to this size come back from the C accelerator
+# as a copy, where larger ones are taken over through DLPack (whose capsule
+# and import cost more than copying a few KiB).
+_COPIED_RESULT_BYTES = 16 << 10
+
+
 def _owned_result_now(collective, collective_name, tensor, name, process_set, reduce_op=Sum, prescale_factor=1.0,
                       postscale_factor=1.0):
     """A synchronous single-tensor allgather or reducescatter (results the engine sizes)."""
@@ -366,7 +372,13 @@ def _owned_result_now(collective, collective_name, tensor, name, process_set, re
         # The synchronous path without an integer handle (as allreduce's):
         # half the Python cost of a small call.
         managed = _run_sync_owned(collective, _describe(tensor), full_name(collective_name, name),
-                                  _process_set_id(process_set), tensor, reduce_op, prescale_factor, postscale_factor)
+                                  _process_set_id(process_set), tensor, reduce_op, prescale_factor, postscale_factor,
+                                  _COPIED_RESULT_BYTES)
+        if type(managed) is tuple:  # a small result, copied by the C accelerator
+            data, shape = managed
+            if not data:
+                return torch.empty(shape, dtype=tensor.dtype)
+            return torch.frombuffer(data, dtype=tensor.dtype).reshape(shape)
         return _result_to_torch(managed, tensor.dtype, tensor.device)
     return _handles_synchronize(_gather_like_async(collective, collective_name, [tensor], name, process_set, True,
                                                    reduce_op, prescale_factor, postscale_factor, caller_waits=True))
