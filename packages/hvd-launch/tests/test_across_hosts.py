@@ -88,18 +88,20 @@ def test_autotune_across_hosts_switches_staged_and_flat_collectives_on_every_ran
     staging = [(row["hierarchical_allreduce"], row["hierarchical_allgather"]) for row in rows]
     # Two settings of fusion threshold and cycle time and the cache the other
     # way, all staged as the job started; then hierarchical allreduce flipped
-    # around the best, then hierarchical allgather; then the best.
-    assert len(rows) == 6, rows
+    # around the best, then hierarchical allgather; then two smaller chunks of
+    # the hosts' shared-memory stage (rows like the best's so far); then the best.
+    assert len(rows) == 8, rows
     assert staging[:4] == [("1", "1")] * 3 + [("0", "1")], rows
     assert staging[4][1] == "0", rows
-    assert staging[5] in staging[:5] and float(rows[5]["score"]) == max(float(r["score"]) for r in rows[:5]), rows
+    assert staging[7] in staging[:7] and float(rows[7]["score"]) == max(float(r["score"]) for r in rows[:7]), rows
 
 
 def test_autotune_across_hosts_keeps_a_hierarchical_mode_the_user_set(fake_hosts, tmp_path):
     rows, activities = _autotuned_two_host_job(fake_hosts, tmp_path, HOROVOD_HIERARCHICAL_ALLREDUCE="1")
-    # Two joint settings, the cache, only hierarchical allgather flipped, the best.
-    assert len(rows) == 5, rows
-    assert [row["hierarchical_allreduce"] for row in rows] == ["1"] * 5, rows
+    # Two joint settings, the cache, only hierarchical allgather flipped, two
+    # pipeline chunks, the best.
+    assert len(rows) == 7, rows
+    assert [row["hierarchical_allreduce"] for row in rows] == ["1"] * 7, rows
     assert rows[3]["hierarchical_allgather"] == "0", rows
     # Every allreduce of the global set ran staged: none went flat.
     assert "HIERARCHICAL_ALLREDUCE" in activities and "TCP_ALLREDUCE" not in activities, activities

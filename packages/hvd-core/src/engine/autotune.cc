@@ -112,12 +112,19 @@ double GaussianProcess::expected_improvement(const std::array<double, 2>& p) con
   return gain * cdf + sd * pdf;
 }
 
-Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable)
+// A chunk smaller than this costs more in barriers than it can win in cache.
+constexpr size_t kMinTunedChunkBytes = 32 * 1024;
+
+Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable,
+                     size_t pipeline_chunk_default)
     : config_(config),
       staging_switchable_(staging_switchable),
       current_(initial),
       best_(initial),
       warmups_left_(std::max(0, config.warmup_samples)) {
+  for (size_t chunk : {pipeline_chunk_default / 2, pipeline_chunk_default / 4}) {
+    if (chunk >= kMinTunedChunkBytes) chunk_candidates_.push_back(static_cast<int64_t>(chunk));
+  }
   config_.steps_per_sample = std::max(1, config_.steps_per_sample);
   config_.max_samples = std::max(1, config_.max_samples);
   // The job's own settings first (as they are, even outside the searched
@@ -145,7 +152,8 @@ Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial,
   if (warmups_left_ == 0) phase_ = Phase::kJoint;
   HVD_LOG(kInfo, "autotune: searching fusion threshold 0-64 MiB and cycle time 1-100 ms ("
                      << config_.max_samples << " settings), then the response cache"
-                     << (staging_switchable_ ? " and hierarchical allreduce and allgather" : "") << "; "
+                     << (staging_switchable_ ? " and hierarchical allreduce and allgather" : "")
+                     << (chunk_candidates_.empty() ? "" : ", then smaller pipeline chunks") << "; "
                      << config_.steps_per_sample << " steps per sample");
 }
 
@@ -219,14 +227,26 @@ void Autotuner::scored(double score) {
                      << best_.fusion_threshold_bytes << " bytes, cycle time " << best_.cycle_time_seconds * 1000.0
                      << " ms, cache " << (best_.cache_enabled ? "on" : "off") << ", hierarchical allreduce "
                      << (best_.hierarchical_allreduce ? "on" : "off") << ", hierarchical allgather "
-                     << (best_.hierarchical_allgather ? "on" : "off") << " (" << best_score_ << " bytes/us)");
+                     << (best_.hierarchical_allgather ? "on" : "off") << ", pipeline chunk "
+                     << (best_.pipeline_chunk_bytes == 0 ? std::string("default")
+                                                         : std::to_string(best_.pipeline_chunk_bytes) + " bytes")
+                     << " (" << best_score_ << " bytes/us)");
 }
 
 bool Autotuner::next_switch() {
   while (phase_ != Phase::kDone) {
+    // The chunk phase tries its candidates one after the other, each with
+    // the best settings so far.
+    if (phase_ == Phase::kPipelineChunk && next_chunk_ < chunk_candidates_.size()) {
+      current_ = best_;
+      current_.pipeline_chunk_bytes = chunk_candidates_[next_chunk_++];
+      HVD_LOG(kInfo, "autotune: trying a pipeline chunk of " << current_.pipeline_chunk_bytes << " bytes");
+      return true;
+    }
     phase_ = phase_ == Phase::kJoint                    ? Phase::kCache
              : phase_ == Phase::kCache                  ? Phase::kHierarchicalAllreduce
              : phase_ == Phase::kHierarchicalAllreduce  ? Phase::kHierarchicalAllgather
+             : phase_ == Phase::kHierarchicalAllgather  ? Phase::kPipelineChunk
                                                         : Phase::kDone;
     current_ = best_;
     if (phase_ == Phase::kCache && config_.tune_cache) {

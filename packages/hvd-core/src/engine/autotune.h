@@ -1,14 +1,15 @@
 // autotune.h - HOROVOD_AUTOTUNE: while the job trains, the coordinator of
 // the global process set tries settings of the knobs it owns (fusion
 // threshold, cycle time, response cache, and for a set spanning hosts
-// whether allreduce and allgather run in stages), scores each by the bytes
-// it releases per second, and keeps the best. The fusion threshold and cycle
-// time are searched together by Bayesian optimisation (a Gaussian process
-// over the scores so far, the next point where the expected improvement is
-// largest); then each on/off knob is tried the other way round the best so
-// far. Every knob acts where the coordinator decides what runs or travels
-// with its responses (the staging), so all ranks always execute the same
-// responses the same way.
+// whether allreduce and allgather run in stages, and the chunk of the
+// shared-memory pipelined allreduce), scores each by the bytes it releases
+// per second, and keeps the best. The fusion threshold and cycle time are
+// searched together by Bayesian optimisation (a Gaussian process over the
+// scores so far, the next point where the expected improvement is largest);
+// then each on/off knob is tried the other way round the best so far, then
+// smaller pipeline chunks. Every knob acts where the coordinator decides
+// what runs or travels with its responses (the staging, the chunk), so all
+// ranks always execute the same responses the same way.
 #pragma once
 
 #include <array>
@@ -30,10 +31,11 @@ struct TunedSettings {
   bool cache_enabled = true;
   bool hierarchical_allreduce = true;
   bool hierarchical_allgather = true;
+  int64_t pipeline_chunk_bytes = 0;  // 0: the transport's default chunk
   bool operator==(const TunedSettings& o) const {
     return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_seconds == o.cycle_time_seconds &&
            cache_enabled == o.cache_enabled && hierarchical_allreduce == o.hierarchical_allreduce &&
-           hierarchical_allgather == o.hierarchical_allgather;
+           hierarchical_allgather == o.hierarchical_allgather && pipeline_chunk_bytes == o.pipeline_chunk_bytes;
   }
 };
 
@@ -68,8 +70,12 @@ class Autotuner {
   // result is never worse than them by more than the scores' noise).
   // `staging_switchable`: the set spans hosts with a staged (hierarchical)
   // communicator, so the hierarchical knobs mean something and are tried;
-  // otherwise they are logged as they are.
-  Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable);
+  // otherwise they are logged as they are. `pipeline_chunk_default`: the
+  // set's transport cuts a pipelined allreduce into chunks of this many
+  // bytes (Communicator::pipeline_chunk_default; 0: it has no such chunk),
+  // and a half and a quarter of it are tried at the end.
+  Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable,
+            size_t pipeline_chunk_default = 0);
 
   // Every batch of responses the coordinator releases. Returns true when
   // settings() changed and must be applied.
@@ -81,7 +87,7 @@ class Autotuner {
 
  private:
   // After the joint search, the on/off knobs in this order.
-  enum class Phase { kWarmup, kJoint, kCache, kHierarchicalAllreduce, kHierarchicalAllgather, kDone };
+  enum class Phase { kWarmup, kJoint, kCache, kHierarchicalAllreduce, kHierarchicalAllgather, kPipelineChunk, kDone };
   void scored(double score);  // one candidate's score is in: log it, pick the next
   // Moves to the next on/off knob that may be tuned and makes the best
   // settings with that knob the other way the candidate; false when none is left.
@@ -91,6 +97,8 @@ class Autotuner {
 
   AutotuneConfig config_;
   bool staging_switchable_;
+  std::vector<int64_t> chunk_candidates_;  // tried in order in Phase::kPipelineChunk
+  size_t next_chunk_ = 0;
   Phase phase_ = Phase::kWarmup;
   TunedSettings current_;
   std::vector<TunedSettings> seeds_;  // the first joint candidates

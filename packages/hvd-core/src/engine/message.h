@@ -102,6 +102,10 @@ struct Response {
   // so every member switches at the same response when autotune flips them).
   bool hierarchical_allreduce = true;
   bool hierarchical_allgather = true;
+  // The chunk of the transport's pipelined allreduce for this response, in
+  // bytes (0: the transport's own); stamped like the staging flags, so every
+  // member cuts a buffer into the same chunks.
+  uint32_t pipeline_chunk_bytes = 0;
 };
 
 // Bytes of the tensors a response names, at their agreed shapes (for an

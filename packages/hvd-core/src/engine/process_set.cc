@@ -134,7 +134,8 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
     if (cfg.autotune.enabled && id_ == 0) {
       TunedSettings initial{cfg.fusion_threshold_bytes, cfg.cycle_time_seconds, cfg.cache_capacity > 0,
                             cfg.hierarchical, cfg.hierarchical_allgather};
-      autotuner_ = std::make_unique<Autotuner>(cfg.autotune, initial, staged_comm_ != nullptr);
+      autotuner_ = std::make_unique<Autotuner>(cfg.autotune, initial, staged_comm_ != nullptr,
+                                               comm_->pipeline_chunk_default());
       retune(autotuner_->settings());
     }
     channels_.resize(ranks_.size());
@@ -344,6 +345,7 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
 void ProcessSetRuntime::retune(const TunedSettings& s) {
   coordinator_->retune(s.fusion_threshold_bytes, s.cycle_time_seconds, s.cache_enabled);
   staging_ = {s.hierarchical_allreduce, s.hierarchical_allgather};
+  pipeline_chunk_bytes_ = static_cast<uint32_t>(s.pipeline_chunk_bytes);
 }
 
 void ProcessSetRuntime::FreeOwned::operator()(DLManagedTensor* t) const { t->deleter(t); }
@@ -709,6 +711,7 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
     GpuDataPlane* gpu = r.device == Device::kCuda ? &gpu_plane(locals) : nullptr;
     DataPlane& plane = gpu != nullptr ? static_cast<DataPlane&>(*gpu) : *host_plane_;
     if (staged_comm_ != nullptr) staged_comm_->set_staging(r.hierarchical_allreduce, r.hierarchical_allgather);
+    comm_->set_pipeline_chunk_bytes(r.pipeline_chunk_bytes);
     try {
       if (gpu != nullptr) gpu->begin(r, locals);
       executor_->run(r, locals, plane);
@@ -860,6 +863,7 @@ void ProcessSetRuntime::step_coordinator() {
   for (Response& r : responses) {
     r.hierarchical_allreduce = staging_.first;
     r.hierarchical_allgather = staging_.second;
+    r.pipeline_chunk_bytes = pipeline_chunk_bytes_;
   }
   if (!responses.empty()) {
     if (channels_.size() > 1) {  // a one-member set has no one to tell

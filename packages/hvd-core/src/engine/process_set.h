@@ -170,6 +170,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   HierarchicalCommunicator* staged_comm_ = nullptr;  // comm_, when it stages across hosts (set at start)
   // Member 0: whether its responses run allreduce and allgather in stages.
   std::pair<bool, bool> staging_{true, true};
+  uint32_t pipeline_chunk_bytes_ = 0;  // what the coordinator stamps on its responses (autotune; 0: default)
   std::unique_ptr<HostDataPlane> host_plane_;
   std::unique_ptr<GpuDataPlane> gpu_plane_;  // after comm_: destroyed before it
   std::unique_ptr<Executor> executor_;

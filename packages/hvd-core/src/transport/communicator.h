@@ -98,6 +98,13 @@ class Communicator {
     (void)activity;
     return transport_name();
   }
+  // The chunk its pipelined allreduce cuts a buffer into by default, in
+  // bytes; 0 when it has no such chunk (nothing for autotune to try).
+  virtual size_t pipeline_chunk_default() const { return 0; }
+  // Sets that chunk from the next call on (0: the default). Every member
+  // must set the same value before the same collective: the engine applies
+  // what the coordinator stamped on the response.
+  virtual void set_pipeline_chunk_bytes(size_t bytes) { (void)bytes; }
 
  protected:
   int rank_ = 0;

@@ -39,6 +39,9 @@ class HierarchicalCommunicator : public Communicator {
     staged_allreduce_ = allreduce;
     staged_allgather_ = allgather;
   }
+  // The host stage's (shared memory's) chunk.
+  size_t pipeline_chunk_default() const override { return local_->pipeline_chunk_default(); }
+  void set_pipeline_chunk_bytes(size_t bytes) override { local_->set_pipeline_chunk_bytes(bytes); }
 
  private:
   void allreduce_in_stages(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);

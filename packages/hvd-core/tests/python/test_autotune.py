@@ -3,6 +3,7 @@
 # bounds, and every step's result stays exact on every rank while they
 # change. What the ranks run is in rank_programs/autotune.py.
 import csv
+import re
 
 import ranks
 
@@ -21,8 +22,10 @@ def test_autotune_logs_each_sample_and_keeps_every_rank_exact(tmp_path):
         rows = list(csv.reader(f))
     assert rows[0] == COLUMNS
     samples = [dict(zip(COLUMNS, map(float, row))) for row in rows[1:]]
-    # 6 settings of fusion threshold and cycle time, the cache the other way, then the best again.
-    assert len(samples) == 8, samples
+    # 6 settings of fusion threshold and cycle time, the cache the other way,
+    # two smaller pipeline chunks (rows like their base's: Horovod's columns
+    # have none for it), then the best again.
+    assert len(samples) == 10, samples
     defaults = samples[0]
     assert defaults["tensor_fusion_threshold"] == 128 and defaults["cycle_time_ms"] == 1  # hvd's defaults first
     knobs = ("tensor_fusion_threshold", "cycle_time_ms")
@@ -35,8 +38,27 @@ def test_autotune_logs_each_sample_and_keeps_every_rank_exact(tmp_path):
         assert s["score"] > 0, s
     assert [s["cache_enabled"] for s in samples[:6]] == [1] * 6
     assert samples[6]["cache_enabled"] == 0
-    best = samples[7]
-    assert best["score"] == max(s["score"] for s in samples[:7])
+    best = samples[9]
+    assert best["score"] == max(s["score"] for s in samples[:9])
+
+
+def test_autotune_tries_smaller_pipeline_chunks_last_and_every_rank_stays_exact():
+    # Gradients of 0.4-1.6 MB, fused: the shared-memory pipelined allreduce
+    # cuts them into chunks, of 256 KiB by default (the members spin), and
+    # every member must cut them alike while autotune tries 128 and 64 KiB.
+    steps = 80
+    results = ranks.run_program(2, "autotune:steps_of_four_gradients", kwargs={"steps": steps, "elements": 100000},
+                                env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+                                     "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+                                     "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "2", "HOROVOD_LOG_LEVEL": "info"},
+                                timeout=240)
+    assert all(r.returncode == 0 for r in results), "\n".join(map(str, results))
+    assert [r.last_json() for r in results] == [steps, steps]
+    log = results[0].stderr
+    assert "then smaller pipeline chunks" in log, log
+    tried = [int(n) for n in re.findall(r"trying a pipeline chunk of (\d+) bytes", log)]
+    assert len(tried) == 2 and tried[0] == 2 * tried[1] >= 64 * 1024, log  # a half, then a quarter of a slot
+    assert "autotune: done" in log and "pipeline chunk " in log[log.find("autotune: done"):], log
 
 
 def test_bad_autotune_setting_is_a_clear_error():

@@ -292,6 +292,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   // namespaces compete for the same CPUs); alone, count the members.
   spin_ = options.spin.value_or(static_cast<unsigned>(size_) <= usable_cpus());
   slot_bytes_ = slot_bytes_from_env(spin_);
+  chunk_bytes_ = slot_bytes_;
   if (size_ == 1) return;  // nothing to share
 
   arena_bytes_ = lane_offset(size_, slot_bytes_) + sizeof(LaneArea) * static_cast<size_t>(size_);
@@ -699,10 +700,16 @@ void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, D
   reduce_many(out, src_list, size_, count, dtype, op);
 }
 
+// A chunk is at least a page and at most a slot; every member holds the same
+// value (see Communicator::set_pipeline_chunk_bytes).
+void ShmCommunicator::set_pipeline_chunk_bytes(size_t bytes) {
+  chunk_bytes_ = bytes == 0 ? slot_bytes_ : std::clamp<size_t>(align_up(bytes, 4096), 4096, slot_bytes_);
+}
+
 void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
   const size_t esize = dtype_size(dtype);
   const size_t align_elems = std::max<size_t>(1, 64 / esize);  // shares start on cache lines
-  const size_t chunk_elems = slot_bytes_ / esize;
+  const size_t chunk_elems = chunk_bytes_ / esize;
   const size_t num_chunks = (count + chunk_elems - 1) / chunk_elems;
   const unsigned char* input = static_cast<const unsigned char*>(in);
   unsigned char* bytes = static_cast<unsigned char*>(out);

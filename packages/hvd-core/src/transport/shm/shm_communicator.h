@@ -41,6 +41,8 @@ class ShmCommunicator : public Communicator {
   void barrier() override;
   void abort(const std::string& reason) override;
   std::string transport_name() const override { return "shm"; }
+  size_t pipeline_chunk_default() const override { return size_ > 1 ? slot_bytes_ : 0; }
+  void set_pipeline_chunk_bytes(size_t bytes) override;
 
   // The same-host fast lane for small synchronous allreduces (docs/core.md,
   // "The fast lane"): every member publishes its (prescaled) input with the
@@ -141,6 +143,7 @@ class ShmCommunicator : public Communicator {
   unsigned char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   size_t slot_bytes_ = 0;
+  size_t chunk_bytes_ = 0;  // allreduce_pipelined's chunk: slot_bytes_ unless autotune tries less
   uint64_t step_ = 0;        // steps completed by this member (same on every member)
   bool spin_ = true;         // false when members outnumber cores
   bool deny_single_copy_ = false;  // HVD_SHM_SINGLE_COPY=deny-for-tests on a member other than 0

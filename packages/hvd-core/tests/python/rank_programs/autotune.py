@@ -8,13 +8,14 @@ import horovod.common as hvd
 from horovod.common import testing
 
 
-def steps_of_four_gradients(steps):
-    """Runs `steps` steps of four asynchronous allreduces; reports how many
-    steps gave the exact sum on this rank."""
+def steps_of_four_gradients(steps, elements=1000):
+    """Runs `steps` steps of four asynchronous allreduces (of 1, 2, 3 and 4
+    times `elements` floats); reports how many steps gave the exact sum on
+    this rank."""
     hvd.init()
     exact = 0
     for step in range(steps):
-        grads = [np.full(1000 * (i + 1), hvd.rank() + step + i, np.float32) for i in range(4)]
+        grads = [np.full(elements * (i + 1), hvd.rank() + step + i, np.float32) for i in range(4)]
         handles = [hvd.allreduce_async(g, op=hvd.Sum, name="grad.%d" % i) for i, g in enumerate(grads)]
         results = [hvd.synchronize(h) for h in handles]
         expected = [sum(r + step + i for r in range(hvd.size())) for i in range(4)]
