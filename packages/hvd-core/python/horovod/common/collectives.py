@@ -411,7 +411,8 @@ def _owned_result_now(collective, tensor, name, process_set, reduce_op=Sum, pres
                                                                    _COPIED_RESULT_BYTES)
     if type(managed) is tuple:  # a small result, copied by the accelerator
         data, shape = managed
-        return np.frombuffer(data, tensor.dtype).reshape(shape)
+        out = np.frombuffer(data, tensor.dtype)
+        return out if len(shape) == 1 else out.reshape(shape)
     if managed is None:
         base = None if template is None else _filled_block(template, tensor, None)
         if base is None:  # read-only, strided, empty or refused: described and checked on the general path

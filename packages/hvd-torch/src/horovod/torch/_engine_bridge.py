@@ -378,7 +378,9 @@ def _owned_result_now(collective, collective_name, tensor, name, process_set, re
             data, shape = managed
             if not data:
                 return torch.empty(shape, dtype=tensor.dtype)
-            return torch.frombuffer(data, dtype=tensor.dtype).reshape(shape)
+            out = torch.frombuffer(data, dtype=tensor.dtype)
+            # A 1-D result has its shape already; view() costs as much as frombuffer.
+            return out if len(shape) == 1 else out.view(shape)
         return _result_to_torch(managed, tensor.dtype, tensor.device)
     return _handles_synchronize(_gather_like_async(collective, collective_name, [tensor], name, process_set, True,
                                                    reduce_op, prescale_factor, postscale_factor, caller_waits=True))
