@@ -72,6 +72,18 @@ static void* writable_data(PyObject* object) {
   return data;
 }
 
+/* The data address `object` stands for: an int is that address (0 for an
+ * empty tensor); anything else must offer a writable, contiguous, non-empty
+ * buffer. Returns 1; 0 (no error set) when it offers none; -1 on an error. */
+static int data_of(PyObject* object, void** data) {
+  if (PyLong_Check(object)) {
+    *data = PyLong_AsVoidPtr(object);
+    return PyErr_Occurred() ? -1 : 1;
+  }
+  *data = writable_data(object);
+  return *data != NULL;
+}
+
 static void store_address(char* block, Py_ssize_t offset, void* address) {
   memcpy(block + offset, &address, sizeof address);
 }
@@ -128,45 +140,26 @@ static int parse_block(PyObject* const* args, char** block, void*** slot) {
 
 /* run(block, slot, in_offset, out_offset, tensor, output): fills the block's
  * input data pointer (and the output's unless out_offset is None; `output`
- * is `tensor` or None for in place) from the arrays' buffers and runs the
- * collective. False, having done nothing, when an array has no writable
- * contiguous non-empty buffer; else as enqueue_and_wait. */
+ * is `tensor` or None for in place) and runs the collective. `tensor` and
+ * `output` are arrays (their buffers' addresses are taken) or the data
+ * addresses themselves (torch tensors offer no buffer protocol). False,
+ * having done nothing, when an array has no writable contiguous non-empty
+ * buffer; else as enqueue_and_wait. */
 static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   char* block;
   void** slot;
   Py_ssize_t in_offset, out_offset;
   void *in_data, *out_data;
+  int found;
   if (check_count(nargs, 6, "run") != 0 || parse_block(args, &block, &slot) != 0) return NULL;
   in_offset = PyLong_AsSsize_t(args[2]);
   out_offset = args[3] == Py_None ? -1 : PyLong_AsSsize_t(args[3]);
   if (PyErr_Occurred()) return NULL;
-  in_data = writable_data(args[4]);
-  if (in_data == NULL) Py_RETURN_FALSE;
+  found = data_of(args[4], &in_data);
   out_data = in_data;
-  if (args[5] != args[4] && args[5] != Py_None) {
-    out_data = writable_data(args[5]);
-    if (out_data == NULL) Py_RETURN_FALSE;
-  }
-  store_address(block, in_offset, in_data);
-  if (out_offset >= 0) store_address(block, out_offset, out_data);
-  return enqueue_and_wait(block, slot);
-}
-
-/* run_addresses(block, slot, in_offset, in_address, out_offset, out_address):
- * run() for callers that have the data addresses already (torch tensors,
- * which offer no buffer protocol); out_address is ignored when out_offset
- * is None. */
-static PyObject* run_addresses(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  char* block;
-  void** slot;
-  Py_ssize_t in_offset, out_offset;
-  void *in_data, *out_data;
-  if (check_count(nargs, 6, "run_addresses") != 0 || parse_block(args, &block, &slot) != 0) return NULL;
-  in_offset = PyLong_AsSsize_t(args[2]);
-  in_data = PyLong_AsVoidPtr(args[3]);
-  out_offset = args[4] == Py_None ? -1 : PyLong_AsSsize_t(args[4]);
-  out_data = out_offset >= 0 ? PyLong_AsVoidPtr(args[5]) : NULL;
-  if (PyErr_Occurred()) return NULL;
+  if (found == 1 && out_offset >= 0 && args[5] != args[4] && args[5] != Py_None) found = data_of(args[5], &out_data);
+  if (found < 0) return NULL;
+  if (found == 0) Py_RETURN_FALSE;
   store_address(block, in_offset, in_data);
   if (out_offset >= 0) store_address(block, out_offset, out_data);
   return enqueue_and_wait(block, slot);
@@ -221,6 +214,7 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
   Py_ssize_t in_offset;
   Py_ssize_t copy_limit;
   void* in_data;
+  int found;
   result_head* result;
   void* error;
   if (check_count(nargs, 6, "run_owned") != 0 || parse_block(args, &block, &slot) != 0) return NULL;
@@ -232,13 +226,9 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
     PyErr_SetString(PyExc_ValueError, "null hvd_result");
     return NULL;
   }
-  if (PyLong_Check(args[3])) {
-    in_data = PyLong_AsVoidPtr(args[3]);
-    if (PyErr_Occurred()) return NULL;
-  } else {
-    in_data = writable_data(args[3]);
-    if (in_data == NULL) Py_RETURN_FALSE;
-  }
+  found = data_of(args[3], &in_data);
+  if (found < 0) return NULL;
+  if (found == 0) Py_RETURN_FALSE;
   store_address(block, in_offset, in_data);
   Py_BEGIN_ALLOW_THREADS
   *slot = NULL;
@@ -264,9 +254,7 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Takes the engine's function addresses."},
-    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Runs a packed collective on array buffers."},
-    {"run_addresses", (PyCFunction)(void (*)(void))run_addresses, METH_FASTCALL,
-     "Runs a packed collective on data addresses."},
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Runs a packed collective on arrays or addresses."},
     {"run_owned", (PyCFunction)(void (*)(void))run_owned, METH_FASTCALL,
      "Runs a packed collective whose result the engine allocates."},
     {NULL, NULL, 0, NULL},

@@ -477,7 +477,7 @@ def call_sync_addresses(template, in_address, out_address, keepalive, state):
     if _abandoned:
         _release_finished_abandoned(c_api.lib())
     try:
-        err = fast.run_addresses(template[4], state.slot_address, template[2], in_address, template[3], out_address)
+        err = fast.run(template[4], state.slot_address, template[2], template[3], in_address, out_address)
         if err is not None:
             _finish_sync(err, state)
     except BaseException:
@@ -502,8 +502,9 @@ def run_sync_owned(collective, desc_in, name, process_set_id, keepalive=None, re
     template = _cached_sync_template(collective, desc_in, None, name, process_set_id, reduce_op, 0, prescale_factor,
                                      postscale_factor)
     state = thread_sync()
-    if _fast if _fast is not None else fastcall():
-        return call_sync_owned_buffer(template, desc_in.data_ptr, keepalive, state, copy_limit)
+    outcome = call_sync_owned_buffer(template, desc_in.data_ptr, keepalive, state, copy_limit)
+    if outcome is not None:  # an address is always taken: None means no accelerator
+        return outcome
     buf, base, in_offset, _, _ = template
     _POINTER.pack_into(buf, in_offset, desc_in.data_ptr)
     return call_sync_owned(base, keepalive, state)
