@@ -11,9 +11,9 @@ import numpy as np
 
 from horovod.common import c_api
 from horovod.common.basics import Average, HorovodBasics, Sum
-from horovod.common.engine_calls import (ENGINE_ALLOCATED_ALLREDUCE_BYTES, HandleManager, OwnedResultMemory, TensorDesc,
-                                         call_sync, call_sync_buffers, call_sync_owned, call_sync_owned_buffer,
-                                         free_owned, full_name, group_tensor_names,
+from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_ALLREDUCE_BYTES, HandleManager,
+                                         OwnedResultMemory, TensorDesc, call_sync, call_sync_buffers, call_sync_owned,
+                                         call_sync_owned_buffer, free_owned, full_name, group_tensor_names,
                                          owned_address, read_owned, received_splits, result, run_sync, run_sync_owned,
                                          sync_template)
 from horovod.common.engine_calls import thread_sync as _thread_sync
@@ -194,19 +194,12 @@ def _owned_result_to_numpy(c_handle, index, dtype):
     return _owned_to_numpy(owned_address(res), dtype), res
 
 
-# Core-allocated results up to this size are copied into a new array and
-# freed at once: cheaper than the array-interface object that lets numpy own
-# the core's memory, which pays off from about there on (P=2 allgather, 4 KiB:
-# 6.8 us copied, 7.8 us adopted; 16 KiB even; 64 KiB: 27.2 against 25.1 us).
-_COPIED_RESULT_BYTES = 16 << 10
-
-
 def _owned_to_numpy(managed, dtype):
     """The core-owned host result at `managed` as a numpy array of `dtype`:
     a small one copied (the core's freed), a large one over the core's memory
     (freed with the array: no copy, no second allocation)."""
     data, shape, nbytes, _, deleter = read_owned(managed)
-    if nbytes > _COPIED_RESULT_BYTES:
+    if nbytes > COPIED_RESULT_BYTES:
         return np.asarray(OwnedResultMemory(managed, deleter, data, nbytes)).view(dtype).reshape(shape)
     out = np.empty(shape, dtype=dtype)
     if nbytes:
@@ -408,7 +401,7 @@ def _owned_result_now(collective, tensor, name, process_set, reduce_op=Sum, pres
     template = _cached_template(state, key, tensor, None, collective, name, process_set_id, reduce_op, 0,
                                 prescale_factor, postscale_factor)
     managed = None if template is None else call_sync_owned_buffer(template, tensor, tensor, state,
-                                                                   _COPIED_RESULT_BYTES)
+                                                                   COPIED_RESULT_BYTES)
     if type(managed) is tuple:  # a small result, copied by the accelerator
         data, shape = managed
         out = np.frombuffer(data, tensor.dtype)

@@ -19,8 +19,8 @@ from horovod.common import c_api
 from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.engine_calls import (ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync_addresses, sync_template,
-                                         thread_sync)
+from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync_addresses,
+                                         sync_template, thread_sync)
 from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
                                     owned_address, received_splits, result, run_sync, run_sync_owned)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -358,12 +358,6 @@ def _owned_results_async(collective, collective_name, tensors, name, ps_id, sing
                            caller_waits=caller_waits)
 
 
-# Engine-allocated results up to this size come back from the C accelerator
-# as a copy, where larger ones are taken over through DLPack (whose capsule
-# and import cost more than copying a few KiB).
-_COPIED_RESULT_BYTES = 16 << 10
-
-
 def _owned_result_now(collective, collective_name, tensor, name, process_set, reduce_op=Sum, prescale_factor=1.0,
                       postscale_factor=1.0):
     """A synchronous single-tensor allgather or reducescatter (results the engine sizes)."""
@@ -373,7 +367,7 @@ def _owned_result_now(collective, collective_name, tensor, name, process_set, re
         # half the Python cost of a small call.
         managed = _run_sync_owned(collective, _describe(tensor), full_name(collective_name, name),
                                   _process_set_id(process_set), tensor, reduce_op, prescale_factor, postscale_factor,
-                                  _COPIED_RESULT_BYTES)
+                                  COPIED_RESULT_BYTES)
         if type(managed) is tuple:  # a small result, copied by the C accelerator
             data, shape = managed
             if not data:
