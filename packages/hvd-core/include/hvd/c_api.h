@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 8
+#define HVD_API_MINOR 9
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -439,6 +439,18 @@ HVD_EXPORT void hvd_handle_release(hvd_handle* handle);
 HVD_EXPORT hvd_error* hvd_start_timeline(const char* path, size_t path_len,
                                          int32_t mark_cycles);
 HVD_EXPORT hvd_error* hvd_stop_timeline(void);
+
+/* HOROVOD_AUTOTUNE and a binding's gradient buckets (ABI 1.9). An optimizer
+ * that reduces its gradients in buckets of `configured_bytes` (`total_bytes`
+ * of gradients a step) calls this between steps. `*state` is 0 when the job
+ * does not autotune (the same on every rank: HOROVOD_AUTOTUNE must agree);
+ * otherwise `*bytes` is the bucket size to use from the next step on and
+ * `*state` is 1 while the tuner may still change it, 2 once it is done.
+ * Only global rank 0 tunes; other ranks get (configured_bytes, 1), so the
+ * caller must take rank 0's answer (horovod.common broadcasts it) for every
+ * rank to bucket alike. */
+HVD_EXPORT hvd_error* hvd_autotune_gradient_bucket(int64_t configured_bytes, int64_t total_bytes,
+                                                   int64_t* bytes /* out */, int32_t* state /* out */);
 
 #ifdef __cplusplus
 }

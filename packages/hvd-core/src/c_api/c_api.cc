@@ -598,6 +598,19 @@ hvd_error* hvd_start_timeline(const char* path, size_t path_len, int32_t mark_cy
   HVD_API_END
 }
 
+hvd_error* hvd_autotune_gradient_bucket(int64_t configured_bytes, int64_t total_bytes, int64_t* bytes,
+                                        int32_t* state) {
+  HVD_API_BEGIN
+  if (bytes == nullptr || state == nullptr) {
+    hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "bytes or state is NULL");
+  }
+  if (configured_bytes < 0 || total_bytes < 0) {
+    hvd::throw_error(hvd::ErrorCode::kInvalidArgument, "configured_bytes and total_bytes must not be negative");
+  }
+  *state = Engine::get()->process_set(0)->autotune_gradient_bucket(configured_bytes, total_bytes, bytes);
+  HVD_API_END
+}
+
 hvd_error* hvd_stop_timeline(void) {
   HVD_API_BEGIN
   Engine::get()->stop_timeline();

@@ -114,6 +114,12 @@ double GaussianProcess::expected_improvement(const std::array<double, 2>& p) con
 
 // A chunk smaller than this costs more in barriers than it can win in cache.
 constexpr size_t kMinTunedChunkBytes = 32 * 1024;
+// Buckets smaller than this pay a negotiation for too little data.
+constexpr int64_t kMinTunedBucketBytes = 256 * 1024;
+
+std::string describe_bucket(int64_t bytes) {
+  return bytes < 0 ? std::string("as configured") : std::to_string(bytes) + " bytes";
+}
 
 Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial, bool staging_switchable,
                      size_t pipeline_chunk_default)
@@ -155,6 +161,26 @@ Autotuner::Autotuner(const AutotuneConfig& config, const TunedSettings& initial,
                      << (staging_switchable_ ? " and hierarchical allreduce and allgather" : "")
                      << (chunk_candidates_.empty() ? "" : ", then smaller pipeline chunks") << "; "
                      << config_.steps_per_sample << " steps per sample");
+}
+
+void Autotuner::declare_gradient_bucket(int64_t configured_bytes, int64_t total_bytes) {
+  if (bucket_declared_ || phase_ >= Phase::kGradientBucket) return;
+  bucket_declared_ = true;
+  // A quarter and a sixteenth of the configured size (more overlap with
+  // backward, more collectives), and four times it (fewer); a size that
+  // would cut the gradients the same way as one already listed is left out
+  // (every size from total_bytes up makes one bucket).
+  auto cut = [&](int64_t bytes) { return std::min(bytes, total_bytes); };
+  std::vector<int64_t> cuts{cut(configured_bytes)};
+  for (int64_t bytes : {configured_bytes / 4, configured_bytes / 16, configured_bytes * 4}) {
+    if (configured_bytes <= 0 || bytes < kMinTunedBucketBytes) continue;
+    if (std::find(cuts.begin(), cuts.end(), cut(bytes)) != cuts.end()) continue;
+    cuts.push_back(cut(bytes));
+    bucket_candidates_.push_back(bytes);
+  }
+  HVD_LOG(kInfo, "autotune: the optimizer buckets " << total_bytes << " bytes of gradients in buckets of "
+                     << configured_bytes << " bytes; " << bucket_candidates_.size()
+                     << " other bucket sizes are tried last");
 }
 
 void Autotuner::log_row(const TunedSettings& s, double score) {
@@ -230,23 +256,31 @@ void Autotuner::scored(double score) {
                      << (best_.hierarchical_allgather ? "on" : "off") << ", pipeline chunk "
                      << (best_.pipeline_chunk_bytes == 0 ? std::string("default")
                                                          : std::to_string(best_.pipeline_chunk_bytes) + " bytes")
-                     << " (" << best_score_ << " bytes/us)");
+                     << ", gradient bucket " << describe_bucket(best_.gradient_bucket_bytes) << " ("
+                     << best_score_ << " bytes/us)");
 }
 
 bool Autotuner::next_switch() {
   while (phase_ != Phase::kDone) {
-    // The chunk phase tries its candidates one after the other, each with
-    // the best settings so far.
+    // The chunk and bucket phases try their candidates one after the
+    // other, each with the best settings so far.
     if (phase_ == Phase::kPipelineChunk && next_chunk_ < chunk_candidates_.size()) {
       current_ = best_;
       current_.pipeline_chunk_bytes = chunk_candidates_[next_chunk_++];
       HVD_LOG(kInfo, "autotune: trying a pipeline chunk of " << current_.pipeline_chunk_bytes << " bytes");
       return true;
     }
+    if (phase_ == Phase::kGradientBucket && next_bucket_ < bucket_candidates_.size()) {
+      current_ = best_;
+      current_.gradient_bucket_bytes = bucket_candidates_[next_bucket_++];
+      HVD_LOG(kInfo, "autotune: trying a gradient bucket of " << current_.gradient_bucket_bytes << " bytes");
+      return true;
+    }
     phase_ = phase_ == Phase::kJoint                    ? Phase::kCache
              : phase_ == Phase::kCache                  ? Phase::kHierarchicalAllreduce
              : phase_ == Phase::kHierarchicalAllreduce  ? Phase::kHierarchicalAllgather
              : phase_ == Phase::kHierarchicalAllgather  ? Phase::kPipelineChunk
+             : phase_ == Phase::kPipelineChunk          ? Phase::kGradientBucket
                                                         : Phase::kDone;
     current_ = best_;
     if (phase_ == Phase::kCache && config_.tune_cache) {

@@ -2,14 +2,18 @@
 // the global process set tries settings of the knobs it owns (fusion
 // threshold, cycle time, response cache, and for a set spanning hosts
 // whether allreduce and allgather run in stages, and the chunk of the
-// shared-memory pipelined allreduce), scores each by the bytes it releases
-// per second, and keeps the best. The fusion threshold and cycle time are
+// shared-memory pipelined allreduce) and the gradient bucket size of an
+// optimizer that declared one, scores each by the bytes it releases per
+// second, and keeps the best. The fusion threshold and cycle time are
 // searched together by Bayesian optimisation (a Gaussian process over the
 // scores so far, the next point where the expected improvement is largest);
 // then each on/off knob is tried the other way round the best so far, then
-// smaller pipeline chunks. Every knob acts where the coordinator decides
-// what runs or travels with its responses (the staging, the chunk), so all
-// ranks always execute the same responses the same way.
+// smaller pipeline chunks, then other gradient bucket sizes. Every engine
+// knob acts where the coordinator decides what runs or travels with its
+// responses (the staging, the chunk), so all ranks always execute the same
+// responses the same way. The bucket size acts in the binding, which asks
+// for it between steps and hears rank 0's answer through a broadcast
+// (horovod/common/autotune.py), so every rank re-buckets after the same step.
 #pragma once
 
 #include <array>
@@ -32,10 +36,12 @@ struct TunedSettings {
   bool hierarchical_allreduce = true;
   bool hierarchical_allgather = true;
   int64_t pipeline_chunk_bytes = 0;  // 0: the transport's default chunk
+  int64_t gradient_bucket_bytes = -1;  // -1: the size the optimizer was configured with
   bool operator==(const TunedSettings& o) const {
     return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_seconds == o.cycle_time_seconds &&
            cache_enabled == o.cache_enabled && hierarchical_allreduce == o.hierarchical_allreduce &&
-           hierarchical_allgather == o.hierarchical_allgather && pipeline_chunk_bytes == o.pipeline_chunk_bytes;
+           hierarchical_allgather == o.hierarchical_allgather && pipeline_chunk_bytes == o.pipeline_chunk_bytes &&
+           gradient_bucket_bytes == o.gradient_bucket_bytes;
   }
 };
 
@@ -81,13 +87,26 @@ class Autotuner {
   // settings() changed and must be applied.
   bool observe(const std::vector<Response>& responses, Clock::time_point now);
   const TunedSettings& settings() const { return current_; }
+  // An optimizer buckets its gradients, `configured_bytes` a bucket (HOROVOD_GRADIENT_BUCKET_MB),
+  // `total_bytes` of them a step: other sizes are tried after the pipeline
+  // chunks. The first declaration counts; one that comes after that phase began is ignored.
+  void declare_gradient_bucket(int64_t configured_bytes, int64_t total_bytes);
   bool done() const { return phase_ == Phase::kDone; }
   // The settings tried so far with their scores (bytes per second).
   const std::vector<std::pair<TunedSettings, double>>& history() const { return history_; }
 
  private:
   // After the joint search, the on/off knobs in this order.
-  enum class Phase { kWarmup, kJoint, kCache, kHierarchicalAllreduce, kHierarchicalAllgather, kPipelineChunk, kDone };
+  enum class Phase {
+    kWarmup,
+    kJoint,
+    kCache,
+    kHierarchicalAllreduce,
+    kHierarchicalAllgather,
+    kPipelineChunk,
+    kGradientBucket,
+    kDone
+  };
   void scored(double score);  // one candidate's score is in: log it, pick the next
   // Moves to the next on/off knob that may be tuned and makes the best
   // settings with that knob the other way the candidate; false when none is left.
@@ -99,6 +118,9 @@ class Autotuner {
   bool staging_switchable_;
   std::vector<int64_t> chunk_candidates_;  // tried in order in Phase::kPipelineChunk
   size_t next_chunk_ = 0;
+  bool bucket_declared_ = false;
+  std::vector<int64_t> bucket_candidates_;  // tried in order in Phase::kGradientBucket
+  size_t next_bucket_ = 0;
   Phase phase_ = Phase::kWarmup;
   TunedSettings current_;
   std::vector<TunedSettings> seeds_;  // the first joint candidates

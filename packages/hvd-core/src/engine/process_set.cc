@@ -348,6 +348,25 @@ void ProcessSetRuntime::retune(const TunedSettings& s) {
   pipeline_chunk_bytes_ = static_cast<uint32_t>(s.pipeline_chunk_bytes);
 }
 
+void ProcessSetRuntime::exchange_gradient_bucket() {
+  std::lock_guard<std::mutex> lock(bucket_mu_);
+  if (bucket_.configured_bytes >= 0) autotuner_->declare_gradient_bucket(bucket_.configured_bytes, bucket_.total_bytes);
+  bucket_.tuned_bytes = autotuner_->settings().gradient_bucket_bytes;
+  bucket_.over = autotuner_->done();
+}
+
+int ProcessSetRuntime::autotune_gradient_bucket(int64_t configured_bytes, int64_t total_bytes, int64_t* bytes) {
+  *bytes = configured_bytes;
+  if (!context_.config.autotune.enabled) return 0;
+  std::lock_guard<std::mutex> lock(bucket_mu_);
+  if (bucket_.configured_bytes < 0) {
+    bucket_.configured_bytes = configured_bytes;
+    bucket_.total_bytes = total_bytes;
+  }
+  if (bucket_.tuned_bytes >= 0) *bytes = bucket_.tuned_bytes;
+  return bucket_.over ? 2 : 1;
+}
+
 void ProcessSetRuntime::FreeOwned::operator()(DLManagedTensor* t) const { t->deleter(t); }
 
 // A result the engine allocates for a lane call, or null when allocation
@@ -859,7 +878,10 @@ void ProcessSetRuntime::step_coordinator() {
   }
   wake_at_ = Clock::time_point::max();
   auto responses = coordinator_->take_responses(now, &wake_at_);
-  if (autotuner_ && autotuner_->observe(responses, Clock::now())) retune(autotuner_->settings());
+  if (autotuner_) {
+    if (autotuner_->observe(responses, Clock::now())) retune(autotuner_->settings());
+    exchange_gradient_bucket();
+  }
   for (Response& r : responses) {
     r.hierarchical_allreduce = staging_.first;
     r.hierarchical_allgather = staging_.second;

@@ -61,6 +61,14 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   int member() const { return member_; }  // -1: this rank is not in the set
   int size() const { return static_cast<int>(ranks_.size()); }
   uint64_t fast_lane_calls() const { return fast_lane_calls_.load(std::memory_order_relaxed); }
+  // HOROVOD_AUTOTUNE and an optimizer's gradient buckets (any thread):
+  // declares them to the tuner (`configured_bytes` a bucket, `total_bytes`
+  // of gradients a step). Returns 0 when the job does not autotune;
+  // otherwise sets *bytes to the bucket size to use now and returns 1 while
+  // the tuner may still change it, 2 once it is done. Only the coordinator
+  // of the global set tunes: elsewhere the answer is (1, configured_bytes),
+  // and the binding uses the coordinator's, which it broadcasts.
+  int autotune_gradient_bucket(int64_t configured_bytes, int64_t total_bytes, int64_t* bytes);
 
   // Members only, collective over the members: connects the communicator and
   // control channels, then starts the background thread. Its waits for the
@@ -176,6 +184,15 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE: the global set's coordinator only
+  // Between the tuner and autotune_gradient_bucket()'s callers.
+  struct GradientBucketTuning {
+    int64_t configured_bytes = -1, total_bytes = 0;  // declared by the binding (-1: not yet)
+    int64_t tuned_bytes = -1;                        // the tuner's choice (-1: as configured)
+    bool over = false;                               // the tuner is done
+  };
+  std::mutex bucket_mu_;
+  GradientBucketTuning bucket_;
+  void exchange_gradient_bucket();  // with the tuner, after it observed responses
   std::vector<ControlChannel> channels_;  // coordinator: by member; worker: [0] = coordinator
   size_t inline_limit_ = 0;  // largest allreduce whose input rides with its request (see EngineConfig)
   using InFlight = std::unordered_map<std::string, LocalTensor>;

@@ -216,3 +216,55 @@ HVD_TEST(autotune_tries_a_half_and_a_quarter_pipeline_chunk_last_and_keeps_the_b
   EXPECT_EQ(small.history().back().first.pipeline_chunk_bytes, 32 * 1024);
   EXPECT_EQ(run_chunk_job(config, 0).history().size(), 3u);
 }
+
+// Runs a job of one 4 MiB tensor per step whose throughput depends on the
+// gradient bucket alone (fastest at `fastest` bytes), with an optimizer
+// that declared buckets of `configured` bytes over `total` bytes of
+// gradients (`configured` < 0: no optimizer declared any).
+Autotuner run_bucket_job(int64_t configured, int64_t total, int64_t fastest) {
+  TunedSettings initial{128ll << 20, 0.001, true, true, true};
+  Autotuner tuner(tuning(1, 0, 1), initial, false);
+  if (configured >= 0) tuner.declare_gradient_bucket(configured, total);
+  tuner.declare_gradient_bucket(123, 456);  // only the first declaration counts
+  Response r;
+  r.names = {"grad"};
+  r.dtype = DataType::kFloat32;
+  r.shapes = {{1 << 20}};
+  auto now = Autotuner::Clock::now();
+  for (int step = 0; step < 100000 && !tuner.done(); ++step) {
+    double throughput = tuner.settings().gradient_bucket_bytes == fastest ? 120.0 : 100.0;
+    now += std::chrono::nanoseconds(static_cast<int64_t>(4.0 * (1 << 20) / throughput * 1000));
+    tuner.observe({r}, now);
+  }
+  return tuner;
+}
+
+HVD_TEST(autotune_tries_other_gradient_buckets_last_and_skips_those_that_cut_alike) {
+  const int64_t mib = 1 << 20;
+  // 25 MiB buckets over 6.6 MB: a quarter (two buckets) and a sixteenth; four
+  // times as large would make one bucket, like the configured size.
+  Autotuner tuner = run_bucket_job(25 * mib, 6600000, 25 * mib / 16);
+  EXPECT_TRUE(tuner.done());
+  auto history = tuner.history();
+  EXPECT_EQ(history.size(), 4u);  // the defaults, the cache off, then two bucket sizes
+  EXPECT_EQ(history[0].first.gradient_bucket_bytes, -1);
+  EXPECT_EQ(history[1].first.gradient_bucket_bytes, -1);
+  EXPECT_EQ(history[2].first.gradient_bucket_bytes, 25 * mib / 4);
+  EXPECT_EQ(history[3].first.gradient_bucket_bytes, 25 * mib / 16);
+  EXPECT_EQ(tuner.settings().gradient_bucket_bytes, 25 * mib / 16);
+  // Over 100 MiB, four times the size is tried as well; the configured size
+  // stays when nothing beats it (-1: as configured).
+  history = run_bucket_job(25 * mib, 100 * mib, 7).history();
+  EXPECT_EQ(history.size(), 5u);
+  EXPECT_EQ(history[4].first.gradient_bucket_bytes, 100 * mib);
+  EXPECT_EQ(run_bucket_job(25 * mib, 100 * mib, 7).settings().gradient_bucket_bytes, -1);
+  // Nothing below 256 KiB: 1 MiB buckets try 256 KiB and 4 MiB only.
+  history = run_bucket_job(mib, 100 * mib, 7).history();
+  EXPECT_EQ(history.size(), 4u);
+  EXPECT_EQ(history[2].first.gradient_bucket_bytes, mib / 4);
+  EXPECT_EQ(history[3].first.gradient_bucket_bytes, 4 * mib);
+  // No optimizer declared buckets, or buckets are off: no bucket phase (the
+  // declaration of 123 bytes in run_bucket_job comes second, or makes no candidate).
+  EXPECT_EQ(run_bucket_job(-1, 0, 7).history().size(), 2u);
+  EXPECT_EQ(run_bucket_job(0, 100 * mib, 7).history().size(), 2u);
+}

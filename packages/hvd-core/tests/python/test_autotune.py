@@ -5,6 +5,8 @@
 import csv
 import re
 
+import pytest
+
 import ranks
 
 COLUMNS = ["hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce", "cache_enabled", "cycle_time_ms",
@@ -66,3 +68,16 @@ def test_bad_autotune_setting_is_a_clear_error():
                                 env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "0"}, timeout=60)
     assert results[0].returncode != 0
     assert "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE must be at least 1" in results[0].stderr
+
+
+@pytest.mark.parametrize("autotune", ["0", "1"])
+def test_gradient_bucket_answer_is_the_configured_size_until_the_tuner_says_otherwise(autotune):
+    # horovod.common.autotune, as a binding's optimizer uses it after a step:
+    # without autotune no rank asks again (and none broadcasts); with it the
+    # first answer, long before the bucket phase, is the configured size on
+    # every rank, and they keep asking.
+    for report in ranks.run_program_ok(2, "autotune:gradient_bucket_answers", env={"HOROVOD_AUTOTUNE": autotune},
+                                       timeout=60):
+        assert report["bucket"] == 4 << 20, report
+        assert report["asks_again"] is (autotune == "1"), report
+        assert report["error"] == ["ValueError", "configured_bytes and total_bytes must not be negative"], report

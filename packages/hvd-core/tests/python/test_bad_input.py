@@ -38,14 +38,16 @@ def test_timeouts_that_are_not_finite_numbers_fail_init_naming_the_variable(valu
                           "number" % value], report
 
 
-def test_settings_that_differ_across_ranks_fail_init_on_every_rank_naming_them():
-    # One rank without shared memory used to make both fail mid-collective,
-    # each blaming the other; now init says which setting differs, where.
-    reports = ranks.run_program_ok(2, "bad_input:init_error", timeout=60,
-                                   rank_env_overrides={1: {"HOROVOD_SHM_DISABLE": "1"}})
+# HOROVOD_SHM_DISABLE on one rank used to make both fail mid-collective,
+# each blaming the other; HOROVOD_AUTOTUNE on one rank would leave the fast
+# lane on there only, and a tuned optimizer broadcasting its bucket size on
+# one rank. Init says which setting differs, and where.
+@pytest.mark.parametrize("knob", ["HOROVOD_SHM_DISABLE", "HOROVOD_AUTOTUNE"])
+def test_settings_that_differ_across_ranks_fail_init_on_every_rank_naming_them(knob):
+    reports = ranks.run_program_ok(2, "bad_input:init_error", timeout=60, rank_env_overrides={1: {knob: "1"}})
     for report in reports:
         assert report[0] == "ValueError", report
-        assert report[1].startswith("HOROVOD_SHM_DISABLE must be the same on every rank: rank 0 "), report
+        assert report[1].startswith(knob + " must be the same on every rank: rank 0 "), report
         assert "has 0, rank 1 (host" in report[1] and report[1].endswith("has 1"), report
 
 

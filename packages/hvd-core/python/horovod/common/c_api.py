@@ -143,6 +143,8 @@ def _declare(lib):
     lib.hvd_start_timeline.restype = err
     lib.hvd_stop_timeline.argtypes = []
     lib.hvd_stop_timeline.restype = err
+    lib.hvd_autotune_gradient_bucket.argtypes = [c_int64, c_int64, POINTER(c_int64), POINTER(c_int32)]
+    lib.hvd_autotune_gradient_bucket.restype = err
 
 
 def _offer_nccl_from_pypi():

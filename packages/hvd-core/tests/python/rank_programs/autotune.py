@@ -22,3 +22,24 @@ def steps_of_four_gradients(steps, elements=1000):
         exact += all(np.all(res == want) for res, want in zip(results, expected))
     testing.report(exact)
     hvd.shutdown()
+
+
+def gradient_bucket_answers():
+    """Asks for a tuned gradient bucket once, as an optimizer does after a
+    step (4 MiB buckets over 1 MiB of gradients), then with a negative size;
+    reports the size, whether it would ask again, and the error."""
+    import ctypes
+
+    from horovod.common import c_api
+    from horovod.common.autotune import GradientBucketTuning
+    hvd.init()
+    tuning = GradientBucketTuning(4 << 20, 1 << 20, hvd.global_process_set)
+    bucket = tuning.after_step()
+    try:
+        c_api.check(c_api.lib().hvd_autotune_gradient_bucket(-1, 0, ctypes.byref(ctypes.c_int64()),
+                                                             ctypes.byref(ctypes.c_int32())))
+        error = None
+    except Exception as e:
+        error = [type(e).__name__, str(e)]
+    testing.report({"bucket": bucket, "asks_again": tuning._asking, "error": error})
+    hvd.shutdown()
