@@ -3,6 +3,8 @@
 # comparing the optimizer's gradients with an independent reference: the
 # local gradients of a copy of the model, averaged with hvd.allreduce. The
 # rank side is rank_programs/optimizer.py.
+import re
+
 import pytest
 
 import torch_ranks
@@ -45,3 +47,29 @@ def test_compressors_round_trip_floats_and_leave_integers_and_16_bit_tensors_alo
     h = torch.randn(3).half()
     c, ctx = Compression.fp16.compress(h)
     assert c is h  # already 16-bit: no copy
+
+
+def test_autotune_tries_gradient_bucket_sizes_with_every_rank_bucketing_alike():
+    # 4 MiB buckets over 1.5 MiB of gradients (one bucket): the tuner tries
+    # 1 MiB (two buckets) and 256 KiB (no bucket holds two tensors) after its
+    # other knobs; 16 MiB would cut them as 4 MiB does. Both ranks must
+    # change buckets after the same step, and the training must equal
+    # per-tensor reduction bit for bit.
+    mib = 1 << 20
+    results = torch_ranks.run_program(2, "optimizer:autotuned_buckets", kwargs={"steps": 150}, timeout=240, env={
+        "HOROVOD_GRADIENT_BUCKET_MB": "4", "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "2",
+        "HOROVOD_LOG_LEVEL": "info", "OMP_NUM_THREADS": "1"})
+    assert all(r.returncode == 0 for r in results), "\n".join(map(str, results))
+    first, second = [r.last_json() for r in results]
+    assert first["buckets"] == second["buckets"]
+    steps = first["buckets"]  # [bucket bytes, grouped allreduces] of each step's backward
+    tried = [b for i, b in enumerate(steps) if i == 0 or b != steps[i - 1]]
+    assert tried[:3] == [[4 * mib, 1], [mib, 2], [mib // 4, 0]], tried
+    assert tried[-1] in tried[:3], tried
+    assert not first["still_asking"] and not second["still_asking"]  # the tuner finished within the steps
+    assert first["tuned"] == second["tuned"] == first["per_tensor"] == second["per_tensor"]
+    log = results[0].stderr
+    assert re.findall(r"trying a gradient bucket of (\d+) bytes", log) == [str(mib), str(mib // 4)], log
+    done = log[log.find("autotune: done"):]
+    assert "gradient bucket " in done, log

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import torch
 
 from horovod.torch.compression import Compression
+from horovod.common.autotune import GradientBucketTuning
 from horovod.common.optimizer_options import check_optimizer_options, gradient_scale_factors
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
@@ -182,6 +183,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._requires_update = []
         self._p_to_group = {}
+        self._bucket_tuning = None  # HOROVOD_AUTOTUNE's say in self._bucket_bytes (buckets only)
         self._synchronized = False
         self._should_synchronize = True
         # A single process has nothing to average; skipping the hooks keeps
@@ -199,12 +201,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for group in self._p_to_group.values():
             group.ready = 0
         self._synchronized = False
+        if self._bucket_tuning is not None:  # the next engine's tuner starts from the configured size
+            self._bucket_tuning.restart()
+            self._bucket_bytes = self._bucket_tuning.bytes
+            self._form_groups()
 
     # -- setup ----------------------------------------------------------------
 
     def _register_hooks(self):
         p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._requires_update = p_list
+        if self._groups is None and self._bucket_bytes > 0:
+            total = sum(p.numel() * p.element_size() for p in p_list)
+            self._bucket_tuning = GradientBucketTuning(self._bucket_bytes, total, self.process_set)
+        self._form_groups()
+        for p in p_list:
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def _form_groups(self):
+        """Which gradients go out together: the user's `groups`, or buckets of
+        self._bucket_bytes (nothing may be in flight)."""
+        p_list = self._requires_update
+        self._p_to_group = {}
         if self._groups is not None:
             if isinstance(self._groups, list):
                 ids = {id(p) for p in p_list}
@@ -228,8 +246,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             group = _GradientGroup(params, auto=self._groups is None)
             for p in group:
                 self._p_to_group[p] = group
-        for p in p_list:
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -370,6 +386,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._allreduce_delay[key] = self.backward_passes_per_step
         self._handles.clear()
         self._synchronized = True
+        if self._bucket_tuning is not None:
+            # HOROVOD_AUTOTUNE: every rank hears the same bucket size for the next step.
+            bucket = self._bucket_tuning.after_step()
+            if bucket != self._bucket_bytes:
+                self._bucket_bytes = bucket
+                self._form_groups()
 
     @contextmanager
     def skip_synchronize(self):
