@@ -23,7 +23,8 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
 
 Executor::Executor(Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {}
 
-void Executor::activity_start(const Response& r, const Communicator& comm, const char* what) {
+void Executor::activity_start(const Response& r, const Communicator& comm, const char* what, size_t first,
+                              size_t last) {
   if (timeline_ == nullptr || !timeline_->active()) return;
   // "hierarchical(shm+tcp)" -> "HIERARCHICAL": activity names stay short and
   // read like Horovod's (MPI_ALLREDUCE, NCCL_ALLREDUCE, GLOO_ALLREDUCE, ...).
@@ -32,17 +33,17 @@ void Executor::activity_start(const Response& r, const Communicator& comm, const
     if (!std::isalnum(static_cast<unsigned char>(c))) break;
     activity += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }
-  activity_start(r, activity + "_" + what);
+  activity_start(r, activity + "_" + what, first, last);
 }
 
-void Executor::activity_start(const Response& r, const std::string& activity) {
+void Executor::activity_start(const Response& r, const std::string& activity, size_t first, size_t last) {
   if (timeline_ == nullptr || !timeline_->active()) return;
-  for (const auto& n : r.names) timeline_->activity_start(n, activity);
+  for (size_t i = first; i < std::min(last, r.names.size()); ++i) timeline_->activity_start(r.names[i], activity);
 }
 
-void Executor::activity_end(const Response& r) {
+void Executor::activity_end(const Response& r, size_t first, size_t last) {
   if (timeline_ == nullptr || !timeline_->active()) return;
-  for (const auto& n : r.names) timeline_->activity_end(n);
+  for (size_t i = first; i < std::min(last, r.names.size()); ++i) timeline_->activity_end(r.names[i]);
 }
 
 void* Executor::result_buffer(DataPlane& plane, const LocalTensor& local, const std::vector<int64_t>& shape,
@@ -160,6 +161,13 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
     complete(plane, locals[0], alloc_errors[0]);
     return;
   }
+  const size_t piece = adasum_op ? 0 : plane.fused_piece_bytes(comm) / esize;
+  size_t elements = 0;
+  for (size_t c : counts) elements += c;
+  if (piece > 0 && elements > piece) {
+    allreduce_in_pieces(r, locals, plane, comm, counts, elements, piece);
+    return;
+  }
   // Fused: each tensor at its offset in the fusion buffer. On a GPU the
   // offsets are rounded up to the plane's alignment, so packing copies move
   // whole vectors; Adasum's tree needs the tensors back to back.
@@ -204,6 +212,65 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
   }
   plane.copy_scaled(copies.data(), copies.size(), r.dtype, post);
   activity_end(r);
+  for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
+}
+
+void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane,
+                                   Communicator& comm, const std::vector<size_t>& counts, size_t total,
+                                   size_t piece) {
+  const size_t esize = dtype_size(r.dtype);
+  const size_t n = counts.size();
+  std::vector<std::string> alloc_errors(n);
+  outputs_.assign(n, nullptr);  // null: nothing keeps the result (a joined rank, a failed allocation)
+  for (size_t i = 0; i < n; ++i) {
+    if (locals[i].handle == nullptr) continue;
+    void* out = result_buffer(plane, locals[i], r.shapes[i], r.dtype, &alloc_errors[i]);
+    if (alloc_errors[i].empty()) outputs_[i] = out;
+  }
+  auto* buffer = static_cast<unsigned char*>(plane.fusion_buffer(std::min(piece, total) * esize));
+  const double pre = r.prescale;
+  const double post = result_scale(r.reduce_op, r.postscale, comm.size());
+  std::vector<CopySpec>& copies = copies_;
+  std::vector<PiecePart>& parts = parts_;
+  // The packed layout, walked piece by piece: the next piece starts at
+  // element `offset` of tensor `next`.
+  size_t next = 0, offset = 0;
+  for (size_t start = 0; start < total; start += piece) {
+    const size_t len = std::min(piece, total - start);
+    parts.clear();
+    for (size_t at = 0; at < len;) {
+      const size_t take = std::min(counts[next] - offset, len - at);
+      if (take > 0) parts.push_back({next, offset, offset + take, at});
+      at += take;
+      offset += take;
+      if (offset == counts[next]) {
+        ++next;
+        offset = 0;
+      }
+    }
+    const size_t first = parts.front().tensor, last = parts.back().tensor + 1;  // for the timeline
+    activity_start(r, "MEMCPY_IN_FUSION_BUFFER", first, last);
+    copies.clear();
+    for (const PiecePart& p : parts) {
+      const auto* in = static_cast<const unsigned char*>(
+          locals[p.tensor].handle ? locals[p.tensor].handle->tensors[locals[p.tensor].index].input : nullptr);
+      if (in == nullptr) plane.zero(buffer + p.at * esize, (p.to - p.from) * esize);
+      else copies.push_back({buffer + p.at * esize, in + p.from * esize, p.to - p.from});
+    }
+    plane.copy_scaled(copies.data(), copies.size(), r.dtype, pre);
+    activity_end(r, first, last);
+    activity_start(r, comm, "ALLREDUCE", first, last);
+    comm.allreduce(buffer, len, r.dtype, transport_op(r.reduce_op));
+    activity_end(r, first, last);
+    activity_start(r, "MEMCPY_OUT_FUSION_BUFFER", first, last);
+    copies.clear();
+    for (const PiecePart& p : parts) {
+      auto* out = static_cast<unsigned char*>(outputs_[p.tensor]);
+      if (out != nullptr) copies.push_back({out + p.from * esize, buffer + p.at * esize, p.to - p.from});
+    }
+    plane.copy_scaled(copies.data(), copies.size(), r.dtype, post);
+    activity_end(r, first, last);
+  }
   for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
 }
 

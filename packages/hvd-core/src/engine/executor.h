@@ -4,6 +4,7 @@
 // where the tensors live (host memory, or a GPU).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,11 @@ class Executor {
 
  private:
   void allreduce(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane);
+  // A fused allreduce of `counts` elements per tensor (packed back to back,
+  // `total` in all) cut into pieces of `piece` elements, each packed,
+  // reduced and unpacked while it is in the cache.
+  void allreduce_in_pieces(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane,
+                           Communicator& comm, const std::vector<size_t>& counts, size_t total, size_t piece);
   void allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   // Several tensors in one allgatherv: each member's tensors packed back to
   // back, gathered once, then unpacked into every tensor's result.
@@ -47,16 +53,24 @@ class Executor {
   // the caller's allocator, or a core-owned tensor; scratch on failure.
   void* result_buffer(DataPlane& plane, const LocalTensor& local, const std::vector<int64_t>& shape,
                       DataType dtype, std::string* alloc_error);
-  // "SHM_ALLREDUCE", "NCCL_ALLGATHER", ... started for every tensor of r
-  // when the timeline records.
-  void activity_start(const Response& r, const Communicator& comm, const char* what);
-  void activity_start(const Response& r, const std::string& activity);
-  void activity_end(const Response& r);
+  // "SHM_ALLREDUCE", "NCCL_ALLGATHER", ... started for tensors [first, last)
+  // of r (all by default) when the timeline records.
+  void activity_start(const Response& r, const Communicator& comm, const char* what, size_t first = 0,
+                      size_t last = SIZE_MAX);
+  void activity_start(const Response& r, const std::string& activity, size_t first = 0, size_t last = SIZE_MAX);
+  void activity_end(const Response& r, size_t first = 0, size_t last = SIZE_MAX);
 
   Communicator& comm_;
   Timeline* timeline_;
   Adasum adasum_;  // op=Adasum, on host memory whatever the plane
   std::vector<CopySpec> copies_;  // a fused response's packing list, kept between responses
+  // allreduce_in_pieces' results, and a piece's parts of tensors (elements
+  // [from, to) of `tensor` at element `at` of the piece), kept between responses.
+  std::vector<void*> outputs_;
+  struct PiecePart {
+    size_t tensor, from, to, at;
+  };
+  std::vector<PiecePart> parts_;
 };
 
 }  // namespace hvd

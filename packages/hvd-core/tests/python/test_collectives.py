@@ -70,6 +70,16 @@ def test_grouped_and_fused_allreduce_of_many_small_tensors_are_exact(np_, knobs)
         assert all(res.values()), res
 
 
+# On one host a fused allreduce runs in pieces of 512 KiB that cut through
+# tensors (the shm transport's fused_piece_bytes); every element must come
+# out as if it were reduced at once.
+@pytest.mark.parametrize("np_", [2, 3])
+def test_fused_allreduce_in_pieces_matches_reference_for_every_dtype_and_op(np_):
+    results = ranks.run_program_ok(np_, "collectives:grouped_allreduce_across_pieces_every_dtype_and_op", timeout=180)
+    for rank, failures in enumerate(results):
+        assert failures == [], "rank %d: wrong results for %s" % (rank, failures)
+
+
 @pytest.mark.parametrize("np_", SIZES)
 def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
     results = ranks.run_program_ok(np_, "collectives:allgather_with_different_first_dimensions_every_dtype")
@@ -120,13 +130,26 @@ def test_fused_reducescatters_of_uneven_tensors_are_exact(np_, knobs):
         assert failures == []
 
 
-def _tensors_packed_into_the_fusion_buffer(tmp_path, program):
-    """Runs `program` at 2 ranks with a timeline; the tensors rank 0 packed."""
+def _activities(tmp_path, program, activity):
+    """Runs `program` at 2 ranks with a timeline; the tensor of each of rank 0's `activity` events."""
     timeline = tmp_path / "timeline.json"
     ranks.run_program_ok(2, program, env={"HOROVOD_TIMELINE": str(timeline)})
     events = json.loads(timeline.read_text())
     rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-    return {rows[e["pid"]] for e in events if e.get("name") == "MEMCPY_IN_FUSION_BUFFER"}
+    return [rows[e["pid"]] for e in events if e.get("name") == activity]
+
+
+def _tensors_packed_into_the_fusion_buffer(tmp_path, program):
+    return set(_activities(tmp_path, program, "MEMCPY_IN_FUSION_BUFFER"))
+
+
+def test_a_fused_allreduce_in_pieces_shows_each_tensor_in_every_piece_that_holds_it(tmp_path):
+    # 100000, 200000 and 50000 floats in pieces of 131072: the second tensor
+    # is in all three pieces, the others in one each.
+    for activity in ("MEMCPY_IN_FUSION_BUFFER", "SHM_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"):
+        seen = _activities(tmp_path, "collectives:grouped_allreduce_of_three_pieces", activity)
+        names = ["grouped_allreduce.three_%d" % i for i in (0, 1, 1, 1, 2)]
+        assert sorted(seen) == names, (activity, seen)
 
 
 def test_grouped_reducescatter_runs_as_one_fused_collective(tmp_path):

@@ -43,6 +43,7 @@ class ShmCommunicator : public Communicator {
   std::string transport_name() const override { return "shm"; }
   size_t pipeline_chunk_default() const override { return size_ > 1 ? slot_bytes_ : 0; }
   void set_pipeline_chunk_bytes(size_t bytes) override;
+  size_t fused_piece_bytes() const override;
 
   // The same-host fast lane for small synchronous allreduces (docs/core.md,
   // "The fast lane"): every member publishes its (prescaled) input with the

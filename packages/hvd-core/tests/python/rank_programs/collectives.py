@@ -256,6 +256,59 @@ def grouped_allreduce_and_fusion_of_many_small_tensors():
     return out
 
 
+def grouped_allreduce_across_pieces_every_dtype_and_op():
+    """Grouped allreduces larger than the shm transport's fused piece (512
+    KiB: packed, reduced and unpacked piece by piece), every dtype and op,
+    in place and out of place in turn: tensors of odd sizes that pieces cut
+    through, empty ones among them, and one larger than two pieces; then
+    scale factors, and a rank that joined (it takes part with zeros).
+    Returns the failures."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
+    for name in DTYPES:
+        piece = (512 << 10) // dt(name).itemsize
+        counts = [piece // 3 + 1, 0, piece + 5, 17, 0, 2 * piece + 3, piece // 2 - 1]
+        inputs = [[make(r, (c,), name) for c in counts] for r in range(size)]
+        for k, (opname, op) in enumerate(ops.items()):
+            if name == "bool" and opname == "Average":
+                continue
+            refs = [reference([inputs[r][i] for r in range(size)], opname, name) for i in range(len(counts))]
+            case = "%s.%s" % (name, opname)
+            if k % 2:
+                outs = [x.copy() for x in inputs[rank]]
+                hvd.grouped_allreduce_(outs, op=op, name="pieces." + case)
+            else:
+                outs = hvd.grouped_allreduce(inputs[rank], op=op, name="pieces." + case)
+            for i, (out, ref) in enumerate(zip(outs, refs)):
+                if out.dtype != dt(name) or not close(out, ref, name):
+                    failures.append("%s[%d]" % (case, i))
+    counts = [300001, 7, 200003]
+    xs = [make(rank, (c,), "float32") for c in counts]
+    totals = [np.sum([make(r, (c,), "float32").astype(np.float64) for r in range(size)], 0) for c in counts]
+    scaled = hvd.grouped_allreduce(xs, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="pieces.scaled")
+    failures += ["scaled[%d]" % i for i, (a, b) in enumerate(zip(scaled, totals)) if not close(a, b * 1.5, "float32")]
+    # The last rank joins; the others' sum is all there is.
+    if rank == size - 1:
+        hvd.join()
+    else:
+        kept = hvd.grouped_allreduce(xs, op=hvd.Sum, name="pieces.joined")
+        partial = [np.sum([make(r, (c,), "float32").astype(np.float64) for r in range(size - 1)], 0)
+                   for c in counts]
+        failures += ["joined[%d]" % i for i, (a, b) in enumerate(zip(kept, partial)) if not close(a, b, "float32")]
+        hvd.join()
+    return failures
+
+
+def grouped_allreduce_of_three_pieces():
+    """One grouped allreduce of 350000 floats, three 512 KiB pieces."""
+    hvd.init()
+    xs = [np.full(n, hvd.rank(), np.float32) for n in (100000, 200000, 50000)]
+    outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="three")
+    assert all(np.all(o == sum(range(hvd.size()))) for o in outs)
+
+
 def allgather_with_different_first_dimensions_every_dtype():
     """Returns the cases whose gathered result differs from the concatenated inputs."""
     hvd.init()
