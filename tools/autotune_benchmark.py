@@ -3,9 +3,10 @@
 # defaults? Alternates two jobs on the same model: one with the defaults, one
 # with HOROVOD_AUTOTUNE=1 that trains until the tuner has finished (rank 0's
 # log ends with the best setting) before the timed steps. Both time the same
-# steps of hvd.DistributedOptimizer with every gradient reduced on its own
-# (HOROVOD_GRADIENT_BUCKET_MB=0, Horovod's own default), where the engine's
-# fusion and cycle time decide the most.
+# steps of hvd.DistributedOptimizer, with hvd's default gradient buckets
+# (whose size autotune tries too) or, with --bucket-mb 0, every gradient
+# reduced on its own (Horovod's way), where the engine's fusion and cycle
+# time decide the most.
 """HOROVOD_AUTOTUNE against the defaults on a torch training step."""
 
 import argparse
@@ -25,6 +26,7 @@ def parse_args():
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=200, help="timed steps per job")
+    p.add_argument("--bucket-mb", default="25", help="HOROVOD_GRADIENT_BUCKET_MB of both jobs (0: per tensor)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of the two jobs")
     p.add_argument("--max-tuning-steps", type=int, default=3000,
                    help="steps the autotuned job may train before timing, waiting for the tuner to finish")
@@ -60,18 +62,22 @@ def worker(args):
     max_samples = int(os.environ.get("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "20"))
     tuning_steps = 0
     if log:
-        # Only rank 0 tunes and logs; it tells the others when the best setting is in.
         finished = False
         while not finished and tuning_steps < args.max_tuning_steps:
             for _ in range(10):
                 step()
             tuning_steps += 10
+            if opt._bucket_tuning is not None:
+                # Every rank hears that the tuner is done in the same step.
+                finished = not opt._bucket_tuning._asking
+                continue
+            # Only rank 0 tunes and logs; it tells the others when the best setting is in.
             done = False
             if hvd.rank() == 0:
                 # A header, a row per tried setting (HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES of
-                # them, then the cache the other way), then the best again.
+                # them, the cache the other way, two pipeline chunks), then the best again.
                 with open(log) as f:
-                    done = len(f.read().splitlines()) >= 1 + max_samples + 2
+                    done = len(f.read().splitlines()) >= 1 + max_samples + 4
             finished = hvd.broadcast_object(done, root_rank=0, name="tuned")
     for _ in range(5):
         step()
@@ -82,12 +88,13 @@ def worker(args):
     hvd.barrier()
     elapsed = (time.perf_counter() - t0) / args.steps
     if hvd.rank() == 0:
-        print("RESULT " + json.dumps({"step_ms": elapsed * 1e3, "tuning_steps": tuning_steps}))
+        print("RESULT " + json.dumps({"step_ms": elapsed * 1e3, "tuning_steps": tuning_steps,
+                                      "bucket_bytes": opt._bucket_bytes}))
     hvd.shutdown()
 
 
 def run_job(args, autotune):
-    env = dict(os.environ, HOROVOD_GRADIENT_BUCKET_MB="0")
+    env = dict(os.environ, HOROVOD_GRADIENT_BUCKET_MB=args.bucket_mb)
     log = None
     if autotune:
         log = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
@@ -117,11 +124,13 @@ def main():
         t = run_job(args, autotune=True)
         defaults.append(d["step_ms"])
         tuned.append(t["step_ms"])
-        print("round %d: defaults %.2f ms/step; autotuned %.2f ms/step after %d tuning steps, best: %s"
-              % (r + 1, d["step_ms"], t["step_ms"], t["tuning_steps"], t["best"]))
+        print("round %d: defaults %.2f ms/step; autotuned %.2f ms/step after %d tuning steps, best: %s, "
+              "gradient bucket %d bytes" % (r + 1, d["step_ms"], t["step_ms"], t["tuning_steps"], t["best"],
+                                            t["bucket_bytes"]))
     d, t = statistics.median(defaults), statistics.median(tuned)
-    print("| P=%d, %d blocks, width %d, per-tensor allreduces | defaults %.2f ms | autotuned %.2f ms | "
-          "autotuned / defaults %.2f |" % (args.np, args.blocks, args.width, d, t, t / d))
+    reduced = "per-tensor allreduces" if float(args.bucket_mb) == 0 else "%s MiB buckets" % args.bucket_mb
+    print("| P=%d, %d blocks, width %d, %s | defaults %.2f ms | autotuned %.2f ms | "
+          "autotuned / defaults %.2f |" % (args.np, args.blocks, args.width, reduced, d, t, t / d))
     return 0
 
 
