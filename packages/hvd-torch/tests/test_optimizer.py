@@ -73,3 +73,17 @@ def test_autotune_tries_gradient_bucket_sizes_with_every_rank_bucketing_alike():
     assert re.findall(r"trying a gradient bucket of (\d+) bytes", log) == [str(mib), str(mib // 4)], log
     done = log[log.find("autotune: done"):]
     assert "gradient bucket " in done, log
+
+
+@pytest.mark.parametrize("early", [0, 1])
+def test_autotuned_buckets_let_a_rank_join_early(early):
+    # While the tuner runs, the ranks still training agree on the bucket size
+    # through an allreduce, in which a joined rank stands in with zeros (a
+    # broadcast would fail: only allreduce supports join). Without rank 0
+    # nobody can answer: the others stop asking and keep their size.
+    results = torch_ranks.run_program_ok(2, "optimizer:autotuned_buckets_with_join", kwargs={"early": early,
+                                         "steps": 40}, timeout=120, env={
+        "HOROVOD_GRADIENT_BUCKET_MB": "4", "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "5", "OMP_NUM_THREADS": "1"})
+    assert [r["steps"] for r in results] == [5 if r == early else 40 for r in range(2)]
+    assert results[1 - early]["still_asking"] is (early == 1), results  # rank 0 alone still hears the tuner

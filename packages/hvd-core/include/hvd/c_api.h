@@ -447,7 +447,7 @@ HVD_EXPORT hvd_error* hvd_stop_timeline(void);
  * otherwise `*bytes` is the bucket size to use from the next step on and
  * `*state` is 1 while the tuner may still change it, 2 once it is done.
  * Only global rank 0 tunes; other ranks get (configured_bytes, 1), so the
- * caller must take rank 0's answer (horovod.common broadcasts it) for every
+ * caller must take rank 0's answer (horovod.common shares it) for every
  * rank to bucket alike. */
 HVD_EXPORT hvd_error* hvd_autotune_gradient_bucket(int64_t configured_bytes, int64_t total_bytes,
                                                    int64_t* bytes /* out */, int32_t* state /* out */);

@@ -12,7 +12,7 @@
 // knob acts where the coordinator decides what runs or travels with its
 // responses (the staging, the chunk), so all ranks always execute the same
 // responses the same way. The bucket size acts in the binding, which asks
-// for it between steps and hears rank 0's answer through a broadcast
+// for it between steps and hears rank 0's answer through a small allreduce
 // (horovod/common/autotune.py), so every rank re-buckets after the same step.
 #pragma once
 

@@ -73,8 +73,8 @@ std::string EngineConfig::settings_that_must_agree() const {
          ";HOROVOD_HIERARCHICAL_ALLGATHER=" + (hierarchical_allgather ? "1" : "0") +
          ";HOROVOD_CPU_OPERATIONS=" + (use_mpi ? "mpi" : "gloo") +
          ";HOROVOD_DYNAMIC_PROCESS_SETS=" + (dynamic_process_sets ? "1" : "0") +
-         // Autotune turns the fast lane off, and bindings broadcast the
-         // tuned gradient bucket only when it is on.
+         // Autotune turns the fast lane off, and bindings share the tuned
+         // gradient bucket through a collective only when it is on.
          ";HOROVOD_AUTOTUNE=" + (autotune.enabled ? "1" : "0") +
          // Encryption first: it implies the MAC, and a rank that encrypts
          // where another only MACs should hear about the knob it set.

@@ -73,7 +73,7 @@ def test_bad_autotune_setting_is_a_clear_error():
 @pytest.mark.parametrize("autotune", ["0", "1"])
 def test_gradient_bucket_answer_is_the_configured_size_until_the_tuner_says_otherwise(autotune):
     # horovod.common.autotune, as a binding's optimizer uses it after a step:
-    # without autotune no rank asks again (and none broadcasts); with it the
+    # without autotune no rank asks again (nor runs a collective); with it the
     # first answer, long before the bucket phase, is the configured size on
     # every rank, and they keep asking.
     for report in ranks.run_program_ok(2, "autotune:gradient_bucket_answers", env={"HOROVOD_AUTOTUNE": autotune},

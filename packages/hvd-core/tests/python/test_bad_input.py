@@ -40,7 +40,7 @@ def test_timeouts_that_are_not_finite_numbers_fail_init_naming_the_variable(valu
 
 # HOROVOD_SHM_DISABLE on one rank used to make both fail mid-collective,
 # each blaming the other; HOROVOD_AUTOTUNE on one rank would leave the fast
-# lane on there only, and a tuned optimizer broadcasting its bucket size on
+# lane on there only, and a tuned optimizer sharing its bucket size on
 # one rank. Init says which setting differs, and where.
 @pytest.mark.parametrize("knob", ["HOROVOD_SHM_DISABLE", "HOROVOD_AUTOTUNE"])
 def test_settings_that_differ_across_ranks_fail_init_on_every_rank_naming_them(knob):

@@ -532,3 +532,23 @@ def autotuned_buckets(steps):
         if bucket_mb == configured_mb:
             still_asking = opt._bucket_tuning._asking
     return {"buckets": buckets, "still_asking": still_asking, "tuned": runs[0], "per_tensor": runs[1]}
+
+
+def autotuned_buckets_with_join(early, steps):
+    """Under HOROVOD_AUTOTUNE, rank `early` runs out of data after a few steps
+    and calls hvd.join() while the others train on: the bucket size they
+    keep asking for must not need the joined rank. Returns the steps this
+    rank trained and whether it still asks the tuner at the end."""
+    hvd.init()
+    torch.manual_seed(9)
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    mine = 5 if hvd.rank() == early else steps
+    for step in range(mine):
+        g = torch.Generator().manual_seed(100 * step + hvd.rank())
+        model(torch.randn(8, 256, generator=g)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    hvd.join()
+    return {"steps": mine, "still_asking": opt._bucket_tuning._asking}
