@@ -2,6 +2,8 @@
 # TorchState, ElasticSampler and @hvd.elastic.run recovering from a real
 # engine failure in the middle of a DistributedOptimizer step.
 # The rank side is rank_programs/elastic.py.
+import pytest
+
 import torch_ranks
 
 
@@ -25,8 +27,14 @@ def test_torch_state_syncs_model_optimizer_and_values_and_rolls_back():
         assert res["replacement_restored"] is True
 
 
-def test_elastic_run_resumes_from_the_last_commit_after_an_engine_failure():
-    results = run_scenario("run_recovers_from_a_failure_mid_training", env={"HOROVOD_PEER_TIMEOUT_SECONDS": "1"})
+# Under HOROVOD_AUTOTUNE the optimizer also asks the tuner for its bucket
+# size after every step, in a collective of its own, which fails with the
+# engine like the gradients' and starts over with the next engine.
+@pytest.mark.parametrize("autotune", ["0", "1"])
+def test_elastic_run_resumes_from_the_last_commit_after_an_engine_failure(autotune):
+    results = run_scenario("run_recovers_from_a_failure_mid_training",
+                           env={"HOROVOD_PEER_TIMEOUT_SECONDS": "1", "HOROVOD_AUTOTUNE": autotune,
+                                "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "1"})
     for res in results:
         assert res["starts"] == [0, 4]
         assert res["lr_sizes"] == [2]
