@@ -87,9 +87,10 @@ class Autotuner {
   // settings() changed and must be applied.
   bool observe(const std::vector<Response>& responses, Clock::time_point now);
   const TunedSettings& settings() const { return current_; }
-  // An optimizer buckets its gradients, `configured_bytes` a bucket (HOROVOD_GRADIENT_BUCKET_MB),
-  // `total_bytes` of them a step: other sizes are tried after the pipeline
-  // chunks. The first declaration counts; one that comes after that phase began is ignored.
+  // An optimizer buckets its gradients, `configured_bytes` a bucket
+  // (HOROVOD_GRADIENT_BUCKET_MB), `total_bytes` of them a step: other sizes
+  // are tried after the pipeline chunks. The first declaration counts; one
+  // that comes after that phase began is ignored.
   void declare_gradient_bucket(int64_t configured_bytes, int64_t total_bytes);
   bool done() const { return phase_ == Phase::kDone; }
   // The settings tried so far with their scores (bytes per second).

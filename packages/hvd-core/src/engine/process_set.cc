@@ -350,7 +350,9 @@ void ProcessSetRuntime::retune(const TunedSettings& s) {
 
 void ProcessSetRuntime::exchange_gradient_bucket() {
   std::lock_guard<std::mutex> lock(bucket_mu_);
-  if (bucket_.configured_bytes >= 0) autotuner_->declare_gradient_bucket(bucket_.configured_bytes, bucket_.total_bytes);
+  if (bucket_.configured_bytes >= 0) {
+    autotuner_->declare_gradient_bucket(bucket_.configured_bytes, bucket_.total_bytes);
+  }
   bucket_.tuned_bytes = autotuner_->settings().gradient_bucket_bytes;
   bucket_.over = autotuner_->done();
 }

@@ -67,7 +67,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // otherwise sets *bytes to the bucket size to use now and returns 1 while
   // the tuner may still change it, 2 once it is done. Only the coordinator
   // of the global set tunes: elsewhere the answer is (1, configured_bytes),
-  // and the binding uses the coordinator's, which it broadcasts.
+  // and the binding takes the coordinator's, shared through a collective.
   int autotune_gradient_bucket(int64_t configured_bytes, int64_t total_bytes, int64_t* bytes);
 
   // Members only, collective over the members: connects the communicator and
