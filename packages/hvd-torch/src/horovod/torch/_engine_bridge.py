@@ -164,7 +164,8 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
     # A staged input is a private copy: reduce into it, then copy to the output.
     host_outs = [h if o is t or h is not t else _to_host(o) for t, o, h in zip(tensors, outputs, hosts)]
     inputs = [_describe(h) for h in hosts]
-    outs = [_describe(o) for o in host_outs]
+    # In place (the optimizer's gradients): the input's description is the output's.
+    outs = [d if o is h else _describe(o) for d, h, o in zip(inputs, hosts, host_outs)]
 
     def finish(_):
         for out, host_out in zip(outputs, host_outs):
