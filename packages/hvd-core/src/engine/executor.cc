@@ -147,17 +147,25 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
     void* out = result_buffer(plane, locals[0], r.shapes[0], r.dtype, &alloc_errors[0]);
     const void* in = input_of(0);
     activity_start(r, comm, "ALLREDUCE");
+    // What the reduction reads: the input, or `out` holding it prescaled
+    // (or a joined rank's zeros).
+    const void* source = in;
     if (in == nullptr) {
       plane.zero(out, counts[0] * esize);
-      comm.allreduce(out, counts[0], r.dtype, op);
-    } else if (pre != 1.0 || in == out || !comm.allreduce_out_of_place(in, out, counts[0], r.dtype, op)) {
-      const CopySpec staged{out, in, counts[0]};
-      if (pre != 1.0 || in != out) plane.copy_scaled(&staged, 1, r.dtype, pre);
+      source = out;
+    } else if (pre != 1.0) {
+      const CopySpec prescaled{out, in, counts[0]};
+      plane.copy_scaled(&prescaled, 1, r.dtype, pre);
+      source = out;
+    }
+    const bool scaled = post != 1.0 && comm.allreduce_scaled(source, out, counts[0], r.dtype, op, post);
+    if (!scaled && (source == out || !comm.allreduce_out_of_place(source, out, counts[0], r.dtype, op))) {
+      if (source != out) plane.copy(out, source, counts[0] * esize);
       comm.allreduce(out, counts[0], r.dtype, op);
     }
     activity_end(r);
-    const CopySpec scaled{out, out, counts[0]};
-    if (post != 1.0) plane.copy_scaled(&scaled, 1, r.dtype, post);
+    const CopySpec postscaled{out, out, counts[0]};
+    if (post != 1.0 && !scaled) plane.copy_scaled(&postscaled, 1, r.dtype, post);
     complete(plane, locals[0], alloc_errors[0]);
     return;
   }

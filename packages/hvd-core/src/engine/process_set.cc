@@ -335,10 +335,9 @@ bool ProcessSetRuntime::run_in_lane(hvd_handle* handle) {
     return lane_call_done(t, meta.name, key, out);
   }
   if (lane_comm_->lane_allreduce(key, occurrence, input, t.output, count, meta.dtype, transport_op(meta.reduce_op),
-                                 kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
+                                 post, kLaneWait) != ShmCommunicator::LaneOutcome::kDone) {
     return false;
   }
-  if (post != 1.0) scale_copy(t.output, t.output, count, meta.dtype, post);
   return lane_call_done(t, meta.name, key, t.output);
 }
 

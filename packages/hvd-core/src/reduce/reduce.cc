@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -122,15 +123,29 @@ struct AndOp {
   static uint8_t apply(uint8_t a, uint8_t b) { return (a != 0) & (b != 0); }
 };
 
+// With `scale` (float32 and float64 only), each result is also multiplied
+// by *scale in the same loop: rounded after the operator and again after the
+// multiplication, as a separate scale_copy pass would, without that pass's
+// second trip through every element.
 template <typename T, typename Op>
-void reduce_into_typed(T* __restrict dst, const T* __restrict src, size_t count) {
-  for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(dst[i], src[i]);
+void reduce_into_typed(T* __restrict dst, const T* __restrict src, size_t count, const T* scale = nullptr) {
+  if (scale == nullptr) {
+    for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(dst[i], src[i]);
+  } else {
+    const T f = *scale;
+    for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(dst[i], src[i]) * f;
+  }
 }
 
 template <typename T, typename Op>
 void reduce_two_typed(T* __restrict dst, const T* __restrict a, const T* __restrict b,
-                      size_t count) {
-  for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(a[i], b[i]);
+                      size_t count, const T* scale) {
+  if (scale == nullptr) {
+    for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(a[i], b[i]);
+  } else {
+    const T f = *scale;
+    for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(a[i], b[i]) * f;
+  }
 }
 
 // Blocked so the destination block stays in L1 while every source streams
@@ -138,10 +153,14 @@ void reduce_two_typed(T* __restrict dst, const T* __restrict a, const T* __restr
 constexpr size_t kBlockElements = 2048;
 
 template <typename T, typename Op>
-void reduce_many_typed(T* dst, const void* const* srcs, size_t num_srcs, size_t count) {
+void reduce_many_typed(T* dst, const void* const* srcs, size_t num_srcs, size_t count, const T* scale = nullptr) {
   if (num_srcs == 0) return;
   if (num_srcs == 1) {
     if (dst != srcs[0]) std::memmove(dst, srcs[0], count * sizeof(T));
+    if (scale != nullptr) {
+      const T f = *scale;
+      for (size_t i = 0; i < count; ++i) dst[i] *= f;
+    }
     return;
   }
   for (size_t begin = 0; begin < count; begin += kBlockElements) {
@@ -149,28 +168,29 @@ void reduce_many_typed(T* dst, const void* const* srcs, size_t num_srcs, size_t 
     T* out = dst + begin;
     const T* first = static_cast<const T*>(srcs[0]) + begin;
     const T* second = static_cast<const T*>(srcs[1]) + begin;
+    const T* first_scale = num_srcs == 2 ? scale : nullptr;  // the last source's loop scales
     if (out == first) {
-      reduce_into_typed<T, Op>(out, second, n);
+      reduce_into_typed<T, Op>(out, second, n, first_scale);
     } else if (out == second) {
-      reduce_into_typed<T, Op>(out, first, n);  // all our ops are commutative
+      reduce_into_typed<T, Op>(out, first, n, first_scale);  // all our ops are commutative
     } else {
-      reduce_two_typed<T, Op>(out, first, second, n);
+      reduce_two_typed<T, Op>(out, first, second, n, first_scale);
     }
     for (size_t s = 2; s < num_srcs; ++s) {
-      reduce_into_typed<T, Op>(out, static_cast<const T*>(srcs[s]) + begin, n);
+      reduce_into_typed<T, Op>(out, static_cast<const T*>(srcs[s]) + begin, n, s + 1 == num_srcs ? scale : nullptr);
     }
   }
 }
 
 template <typename T>
 void reduce_many_arith(void* dst, const void* const* srcs, size_t num_srcs, size_t count,
-                       ReduceOp op) {
+                       ReduceOp op, const T* scale = nullptr) {
   T* out = static_cast<T*>(dst);
   switch (op) {
-    case ReduceOp::kSum: return reduce_many_typed<T, SumOp<T>>(out, srcs, num_srcs, count);
-    case ReduceOp::kMin: return reduce_many_typed<T, MinOp<T>>(out, srcs, num_srcs, count);
-    case ReduceOp::kMax: return reduce_many_typed<T, MaxOp<T>>(out, srcs, num_srcs, count);
-    case ReduceOp::kProduct: return reduce_many_typed<T, ProductOp<T>>(out, srcs, num_srcs, count);
+    case ReduceOp::kSum: return reduce_many_typed<T, SumOp<T>>(out, srcs, num_srcs, count, scale);
+    case ReduceOp::kMin: return reduce_many_typed<T, MinOp<T>>(out, srcs, num_srcs, count, scale);
+    case ReduceOp::kMax: return reduce_many_typed<T, MaxOp<T>>(out, srcs, num_srcs, count, scale);
+    case ReduceOp::kProduct: return reduce_many_typed<T, ProductOp<T>>(out, srcs, num_srcs, count, scale);
   }
   throw_error(ErrorCode::kInvalidArgument, "unknown reduce op");
 }
@@ -319,6 +339,33 @@ void reduce_many(void* dst, const void* const* srcs, size_t num_srcs, size_t cou
     case DataType::kBool: return reduce_many_bool(dst, srcs, num_srcs, count, op);
   }
   throw_error(ErrorCode::kInvalidArgument, "reduce: unknown dtype");
+}
+
+void reduce_many_scaled(void* dst, const void* const* srcs, size_t num_srcs, size_t count, DataType dtype,
+                        ReduceOp op, double scale) {
+  if (scale == 1.0) return reduce_many(dst, srcs, num_srcs, count, dtype, op);
+  // scale_copy multiplies float32 in float and float64 in double.
+  if (dtype == DataType::kFloat32) {
+    const float f = static_cast<float>(scale);
+    return reduce_many_arith<float>(dst, srcs, num_srcs, count, op, &f);
+  }
+  if (dtype == DataType::kFloat64) return reduce_many_arith<double>(dst, srcs, num_srcs, count, op, &scale);
+  // The rest: a block at a time, scaled while it is in L1.
+  const size_t esize = dtype_size(dtype);
+  const void* few[16];
+  std::vector<const void*> many;
+  const void** block_srcs = few;
+  if (num_srcs > 16) {
+    many.resize(num_srcs);
+    block_srcs = many.data();
+  }
+  for (size_t begin = 0; begin < count; begin += kBlockElements) {
+    const size_t n = count - begin < kBlockElements ? count - begin : kBlockElements;
+    for (size_t s = 0; s < num_srcs; ++s) block_srcs[s] = static_cast<const unsigned char*>(srcs[s]) + begin * esize;
+    void* out = static_cast<unsigned char*>(dst) + begin * esize;
+    reduce_many(out, block_srcs, num_srcs, n, dtype, op);
+    scale_copy(out, out, n, dtype, scale);
+  }
 }
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {

@@ -15,6 +15,10 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dtype, Reduc
 // bfloat16 the accumulation runs in float32 and rounds once. dst may alias srcs[0].
 void reduce_many(void* dst, const void* const* srcs, size_t num_srcs, size_t count,
                  DataType dtype, ReduceOp op);
+// reduce_many, then every element multiplied by `scale` as scale_buffer
+// does (the same results), a block at a time while the block is in L1.
+void reduce_many_scaled(void* dst, const void* const* srcs, size_t num_srcs, size_t count, DataType dtype,
+                        ReduceOp op, double scale);
 // data[i] *= factor (computed in double for integers, float for 16-bit
 // floats); integer results truncate toward zero, as Horovod's scaling does.
 void scale_buffer(void* data, size_t count, DataType dtype, double factor);

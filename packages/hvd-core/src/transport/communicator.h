@@ -73,6 +73,14 @@ class Communicator {
   virtual bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
     return false;
   }
+  // out = `scale` times the reduction of every member's `in` (`in` may be
+  // `out`), scaled as scale_buffer does, where the transport can scale each
+  // part of the result while that part is in the cache (shared memory);
+  // returns false, having done nothing, where it cannot, and the caller
+  // scales the result in a pass of its own.
+  virtual bool allreduce_scaled(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale) {
+    return false;
+  }
   // out = concatenation over members m of (bytes_per_rank[m] bytes from m);
   // `in` holds bytes_per_rank[rank()] bytes. May be called with some sizes 0.
   virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) = 0;

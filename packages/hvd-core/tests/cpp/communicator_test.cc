@@ -531,6 +531,51 @@ HVD_TEST(shm_pipelined_allreduce_matches_the_reference_at_every_chunk) {
   }
 }
 
+// allreduce_scaled on shm scales each member's share where it reduces it
+// (the engine's Average and postscale_factor): the result must be, byte for
+// byte, the unscaled allreduce followed by scale_buffer, on every path
+// (small, pipelined, single-copy; P=2 and 3, so shares are uneven), every
+// dtype, in place and out of place, with a factor that rounds (1/3) and one
+// that saturates small integers (7.5). TCP cannot: false, nothing written.
+HVD_TEST(shm_scaled_allreduce_equals_the_allreduce_scaled_afterwards) {
+  const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt8,
+                              DataType::kUInt8,   DataType::kBool,    DataType::kFloat16, DataType::kBFloat16};
+  const size_t kBytes[] = {1000, 600 * 1024, (size_t{2} << 20) + 4096};  // small, pipelined, single-copy
+  for (int size : {2, 3}) {
+    run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+      int round = 0;
+      for (size_t bytes : kBytes) {
+        for (DataType dtype : kDtypes) {
+          const double scale = round % 2 == 0 ? 1.0 / 3.0 : 7.5;
+          const bool in_place = round++ % 3 == 0;
+          const size_t count = bytes / dtype_size(dtype) + 5;
+          std::vector<unsigned char> in(count * dtype_size(dtype)), expected(in.size());
+          for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
+          const std::vector<unsigned char> original = in;
+          EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), expected.data(), count, dtype, ReduceOp::kSum));
+          scale_buffer(expected.data(), count, dtype, scale);
+          std::vector<unsigned char> out(in.size() + 1, 0xee);
+          unsigned char* result = in_place ? in.data() : out.data();
+          EXPECT_TRUE(comm.allreduce_scaled(in.data(), result, count, dtype, ReduceOp::kSum, scale));
+          const std::string what = label(Transport::kShm, size, in_place ? "allreduce_scaled (in place)"
+                                                                         : "allreduce_scaled", dtype, ReduceOp::kSum,
+                                         count) + " by " + std::to_string(scale);
+          if (std::memcmp(result, expected.data(), expected.size()) != 0) {
+            ::hvd_test::fail(__FILE__, __LINE__, what + ": differs from the allreduce scaled afterwards");
+          }
+          if (!in_place && in != original) ::hvd_test::fail(__FILE__, __LINE__, what + ": the input changed");
+          if (!in_place) EXPECT_EQ(out.back(), static_cast<unsigned char>(0xee));
+        }
+      }
+    }, [](CommOptions& options) { options.spin = true; });
+  }
+  run_world(Transport::kTcp, 2, 10.0, [&](Communicator& comm, int me) {
+    float data[4] = {1.0f, 2.0f, 3.0f, static_cast<float>(me)};
+    EXPECT_TRUE(!comm.allreduce_scaled(data, data, 4, DataType::kFloat32, ReduceOp::kSum, 0.5));
+    EXPECT_EQ(data[3], static_cast<float>(me));
+  });
+}
+
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
   auto name_for = [](Transport t, int size) {
     std::string name;

@@ -152,6 +152,63 @@ HVD_TEST(reduce_many_float32_long_buffers_match_scalar_loop) {
   EXPECT_EQ(acc[5], inputs[0][5] + inputs[1][5] + inputs[2][5] + inputs[3][5] + inputs[4][5]);
 }
 
+// reduce_many_scaled is reduce_many followed by scale_buffer, to the bit:
+// every dtype and op, 1-3 sources (the destination apart, or aliasing the
+// first or the second source), a count that no block or vector width
+// divides, a factor that rounds (1/3; 0.1 for float32, which scales with a
+// float factor) and one that overflows small integers (300.5). The inputs
+// have fractions and large magnitudes, so a fused loop that skipped a
+// rounding, or scaled before the operator, would differ.
+HVD_TEST(reduce_many_scaled_is_reduce_many_then_scale_buffer_bit_for_bit) {
+  const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                              DataType::kInt32,   DataType::kInt64,   DataType::kInt8,    DataType::kUInt8,
+                              DataType::kInt16,   DataType::kUInt16,  DataType::kBool};
+  const size_t n = 2 * 2048 + 1001;
+  for (DataType dtype : kDtypes) {
+    const size_t esize = dtype_size(dtype);
+    std::vector<std::vector<unsigned char>> inputs(3, std::vector<unsigned char>(n * esize));
+    for (size_t s = 0; s < inputs.size(); ++s) {
+      for (size_t i = 0; i < n; ++i) {
+        const double v = (static_cast<double>((i * 7919 + s * 104729) % 2001) - 1000.0) * 0.37;
+        unsigned char* at = inputs[s].data() + i * esize;
+        switch (dtype) {
+          case DataType::kFloat32: *reinterpret_cast<float*>(at) = static_cast<float>(v * 1e3); break;
+          case DataType::kFloat64: *reinterpret_cast<double*>(at) = v * 1e6; break;
+          case DataType::kFloat16: *reinterpret_cast<uint16_t*>(at) = float_to_half(static_cast<float>(v)); break;
+          case DataType::kBFloat16: *reinterpret_cast<uint16_t*>(at) = float_to_bfloat16(static_cast<float>(v)); break;
+          case DataType::kBool: *at = static_cast<unsigned char>(i % (s + 2) == 0); break;
+          default:  // integers: the low bytes of a spread of values
+            const int64_t k = static_cast<int64_t>(v * 101.0);
+            std::memcpy(at, &k, esize);
+        }
+      }
+    }
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      for (double scale : {1.0 / 3.0, 0.1, 300.5}) {
+        for (size_t sources = 1; sources <= 3; ++sources) {
+          for (int alias = 0; alias < 3; ++alias) {  // 0: apart, 1: dst is srcs[0], 2: dst is srcs[1]
+            if (alias == 2 && sources < 2) continue;
+            std::vector<std::vector<unsigned char>> copies = inputs;
+            std::vector<unsigned char> apart(n * esize), expected(n * esize);
+            std::vector<const void*> srcs;
+            for (size_t s = 0; s < sources; ++s) srcs.push_back(copies[s].data());
+            reduce_many(expected.data(), srcs.data(), sources, n, dtype, op);
+            scale_buffer(expected.data(), n, dtype, scale);
+            unsigned char* dst = alias == 0 ? apart.data() : copies[alias - 1].data();
+            reduce_many_scaled(dst, srcs.data(), sources, n, dtype, op, scale);
+            if (std::memcmp(dst, expected.data(), expected.size()) != 0) {
+              ::hvd_test::fail(__FILE__, __LINE__, std::string(dtype_name(dtype)) + " op " +
+                                                       std::to_string(static_cast<int>(op)) + " scale " +
+                                                       std::to_string(scale) + " sources " +
+                                                       std::to_string(sources) + " alias " + std::to_string(alias));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 HVD_TEST(scale_truncates_integers_toward_zero_and_rounds_halves) {
   std::vector<int32_t> ints{-7, 7, 3};
   scale_buffer(ints.data(), ints.size(), DataType::kInt32, 0.5);

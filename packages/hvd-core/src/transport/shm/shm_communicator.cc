@@ -584,12 +584,19 @@ void ShmCommunicator::barrier() {
 }
 
 void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  allreduce_out_of_place(data, data, count, dtype, op);
+  allreduce_scaled(data, data, count, dtype, op, 1.0);
+}
+
+bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+  return allreduce_scaled(in, out, count, dtype, op, 1.0);
 }
 
 // Out of place costs what in place does: the input is read where in place
-// would read `data`, the result written where it would write it.
-bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+// would read `data`, the result written where it would write it. Scaling
+// where each member reduces its share saves a pass over the whole result
+// (+13-19 % at 4-16 MiB when it was one) and scales a share, not all.
+bool ShmCommunicator::allreduce_scaled(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                       double scale) {
   check_abort("allreduce");
   if (count == 0) return true;
   if (size_ == 1) {
@@ -598,17 +605,18 @@ bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t c
       const void* srcs[1] = {out};
       reduce_many(out, srcs, 1, count, dtype, op);  // canonical 0/1
     }
+    if (scale != 1.0) scale_buffer(out, count, dtype, scale);
     return true;
   }
   size_t bytes = count * dtype_size(dtype);
   if (bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) {
-    allreduce_small(in, out, count, dtype, op);
+    allreduce_small(in, out, count, dtype, op, scale);
   } else {
     const bool single_copy = single_copy_ && single_copy_allreduce_ && bytes >= kSingleCopyAllreduceMinBytes &&
                              bytes < kSingleCopyAllreduceMaxBytes;
     if (!(single_copy && allreduce_single_copy(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(out),
-                                               count, dtype, op))) {
-      allreduce_pipelined(in, out, count, dtype, op);
+                                               count, dtype, op, scale))) {
+      allreduce_pipelined(in, out, count, dtype, op, scale);
     }
   }
   return true;
@@ -629,7 +637,7 @@ bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t c
 // phase 2; the last barrier keeps it unchanged (and allocated) until every
 // member has read it.
 bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count,
-                                            DataType dtype, ReduceOp op) {
+                                            DataType dtype, ReduceOp op, double scale) {
   ShmMemberState* members = member_states(header_);
   members[rank_].single_copy_input.store(reinterpret_cast<uint64_t>(input), std::memory_order_relaxed);
   members[rank_].single_copy_output.store(reinterpret_cast<uint64_t>(output), std::memory_order_relaxed);
@@ -682,7 +690,7 @@ bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned
       srcs[next++] = scratch;
       scratch += chunk_bytes;
     }
-    reduce_many(output + first * esize, srcs.data(), size_, n, dtype, op);
+    reduce_many_scaled(output + first * esize, srcs.data(), size_, n, dtype, op, scale);
   }
   step_barrier("allreduce");
   for (int m = 0; m < size_; ++m) {
@@ -694,7 +702,8 @@ bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned
   return true;
 }
 
-void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                      double scale) {
   size_t bytes = count * dtype_size(dtype);
   int buffer = static_cast<int>(step_ & 1);
   std::memcpy(slot(buffer, rank_), in, bytes);
@@ -707,7 +716,7 @@ void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, D
     src_list = many.data();
   }
   for (int m = 0; m < size_; ++m) src_list[m] = slot(buffer, m);
-  reduce_many(out, src_list, size_, count, dtype, op);
+  reduce_many_scaled(out, src_list, size_, count, dtype, op, scale);
 }
 
 // A chunk is at least a page and at most a slot; every member holds the same
@@ -718,7 +727,8 @@ void ShmCommunicator::set_pipeline_chunk_bytes(size_t bytes) {
   chunk_bytes_ = bytes == 0 ? slot_bytes_ : std::clamp<size_t>(align_up(bytes, 4096), 4096, slot_bytes_);
 }
 
-void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                          double scale) {
   const size_t esize = dtype_size(dtype);
   const size_t align_elems = std::max<size_t>(1, 64 / esize);  // shares start on cache lines
   const size_t chunk_elems = chunk_bytes_ / esize;
@@ -766,7 +776,7 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
       for (int m = 0; m < size_; ++m) {
         if (m != rank_) srcs[next++] = slot(buffer, m) + mine.begin * esize;
       }
-      reduce_many(my_share, srcs.data(), size_, mine.end - mine.begin, dtype, op);
+      reduce_many_scaled(my_share, srcs.data(), size_, mine.end - mine.begin, dtype, op, scale);
       std::memcpy(result(buffer) + mine.begin * esize, my_share, (mine.end - mine.begin) * esize);
     }
     previous_buffer = buffer;
@@ -1032,11 +1042,11 @@ bool ShmCommunicator::lane_slot_free(Clock::time_point until) {
 
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint64_t occurrence, const void* input,
                                                              void* reduced, size_t count, DataType dtype, ReduceOp op,
-                                                             Clock::duration wait) {
+                                                             double scale, Clock::duration wait) {
   return lane_run(key, occurrence, input, count * dtype_size(dtype), wait, "allreduce (fast lane)", [&] {
     std::vector<const void*>& srcs = lane_inputs_;
     for (int m = 0; m < size_; ++m) srcs[static_cast<size_t>(m)] = lane(m)->data;
-    reduce_many(reduced, srcs.data(), srcs.size(), count, dtype, op);
+    reduce_many_scaled(reduced, srcs.data(), srcs.size(), count, dtype, op, scale);
   });
 }
 

@@ -32,6 +32,7 @@ class ShmCommunicator : public Communicator {
 
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
+  bool allreduce_scaled(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -61,8 +62,9 @@ class ShmCommunicator : public Communicator {
   // reduces the whole payload), so a lane call does what a negotiated one
   // would, without the negotiation.
   static constexpr size_t kLanePayloadBytes = 32 * 1024;
+  // `reduced` is also multiplied by `scale` (as scale_buffer does).
   LaneOutcome lane_allreduce(uint64_t key, uint64_t occurrence, const void* input, void* reduced, size_t count,
-                             DataType dtype, ReduceOp op, std::chrono::steady_clock::duration wait);
+                             DataType dtype, ReduceOp op, double scale, std::chrono::steady_clock::duration wait);
   // The same for a small synchronous broadcast from member `root`: every
   // member ends with root's `bytes` of `input` in `output` (the root copies
   // only when they differ).
@@ -96,8 +98,11 @@ class ShmCommunicator : public Communicator {
   unsigned char* slot(int buffer, int member) const;    // slot_bytes_ per member
   unsigned char* result(int buffer) const;              // slot_bytes_
   unsigned char* whole_buffer(int buffer) const { return slot(buffer, 0); }  // size_ * slot_bytes_
-  void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
-  void allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+  // The allreduce paths take the factor the result is multiplied by
+  // (allreduce_scaled; 1.0: none): each member scales what it reduced
+  // before the others read it.
+  void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale);
+  void allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale);
   size_t max_over_members(size_t value);
   // allgatherv by reading every other member's piece out of its process
   // (process_vm_readv); false, with the output to be rewritten, when some
@@ -112,7 +117,7 @@ class ShmCommunicator : public Communicator {
   // reads were refused somewhere (every member then uses the slots).
   bool broadcast_single_copy(unsigned char* data, size_t bytes, int root);
   bool allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count, DataType dtype,
-                             ReduceOp op);
+                             ReduceOp op, double scale);
   // Copies `bytes` from address `remote` of `member`'s process into `dst`;
   // 0, or the errno that says why not.
   int read_member_memory(int member, uint64_t remote, unsigned char* dst, size_t bytes) const;

@@ -115,7 +115,8 @@ def large_allreduce_every_dtype_and_op():
             if out.dtype != dt(name) or not close(out, ref, name):
                 failures.append(case)
             digests[case] = hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()
-    # The executor scales before and after the transport's plain reduction.
+    # The executor prescales the input into the output; the transport scales
+    # each share of the result where it reduces it.
     x = make(rank, ((2 << 20) // 4 + 7,), "float32")
     total = np.sum([make(r, x.shape, "float32").astype(np.float64) for r in range(size)], 0)
     scaled = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="large.scaled")
