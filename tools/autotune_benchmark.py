@@ -26,7 +26,9 @@ def parse_args():
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=200, help="timed steps per job")
-    p.add_argument("--bucket-mb", default="25", help="HOROVOD_GRADIENT_BUCKET_MB of both jobs (0: per tensor)")
+    p.add_argument("--bucket-mb", default=None,
+                   help="HOROVOD_GRADIENT_BUCKET_MB of both jobs, which the tuner then keeps (0: per tensor; "
+                        "default: unset, 25 MiB buckets whose size the tuner tries too)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of the two jobs")
     p.add_argument("--max-tuning-steps", type=int, default=3000,
                    help="steps the autotuned job may train before timing, waiting for the tuner to finish")
@@ -94,7 +96,10 @@ def worker(args):
 
 
 def run_job(args, autotune):
-    env = dict(os.environ, HOROVOD_GRADIENT_BUCKET_MB=args.bucket_mb)
+    env = dict(os.environ)
+    env.pop("HOROVOD_GRADIENT_BUCKET_MB", None)
+    if args.bucket_mb is not None:
+        env["HOROVOD_GRADIENT_BUCKET_MB"] = args.bucket_mb
     log = None
     if autotune:
         log = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
@@ -128,7 +133,8 @@ def main():
               "gradient bucket %d bytes" % (r + 1, d["step_ms"], t["step_ms"], t["tuning_steps"], t["best"],
                                             t["bucket_bytes"]))
     d, t = statistics.median(defaults), statistics.median(tuned)
-    reduced = "per-tensor allreduces" if float(args.bucket_mb) == 0 else "%s MiB buckets" % args.bucket_mb
+    reduced = ("25 MiB buckets, tuned" if args.bucket_mb is None else "per-tensor allreduces"
+               if float(args.bucket_mb) == 0 else "%s MiB buckets" % args.bucket_mb)
     print("| P=%d, %d blocks, width %d, %s | defaults %.2f ms | autotuned %.2f ms | "
           "autotuned / defaults %.2f |" % (args.np, args.blocks, args.width, reduced, d, t, t / d))
     return 0

@@ -504,34 +504,38 @@ def every_optimizer_check():
     return done
 
 
-def autotuned_buckets(steps):
-    """Trains six 256x256 layers (1.5 MiB of gradients) in buckets of
-    HOROVOD_GRADIENT_BUCKET_MB under HOROVOD_AUTOTUNE, then the same steps
-    again with every gradient reduced on its own (not tuned). Returns the
-    bucket size and the number of grouped allreduces of every step, whether
-    the tuner is still being asked at the end, and the parameter bytes of both runs.
+def autotuned_buckets(steps, layers, bucket_mb=None):
+    """Trains `layers` 256x256 layers (257 KiB of gradients each) under
+    HOROVOD_AUTOTUNE with HOROVOD_GRADIENT_BUCKET_MB unset (None) or set to
+    `bucket_mb`, then the same steps again with every gradient reduced on its
+    own (not tuned). Returns the bucket size and the number of grouped
+    allreduces of every step, whether the optimizer tunes its buckets and
+    still asks the tuner at the end, and the parameter bytes of both runs.
     """
     hvd.init()
-    configured_mb = os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB")
     runs, buckets = [], []
-    for bucket_mb in (configured_mb, "0"):
-        os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = bucket_mb
+    for per_tensor in (False, True):
+        if per_tensor:
+            os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = "0"
+        elif bucket_mb is not None:
+            os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = bucket_mb
         torch.manual_seed(9)
-        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
+        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(layers)])
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                        named_parameters=model.named_parameters())
-        del os.environ["HOROVOD_GRADIENT_BUCKET_MB"]
+        os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB", None)
         for step in range(steps):
             g = torch.Generator().manual_seed(100 * step + hvd.rank())
             model(torch.randn(8, 256, generator=g)).pow(2).mean().backward()
-            if bucket_mb == configured_mb:
+            if not per_tensor:
                 buckets.append([opt._bucket_bytes, len(set(opt._p_to_group.values()))])
             opt.step()
             opt.zero_grad()
         runs.append(b"".join(p.detach().numpy().tobytes() for p in model.parameters()).hex())
-        if bucket_mb == configured_mb:
-            still_asking = opt._bucket_tuning._asking
-    return {"buckets": buckets, "still_asking": still_asking, "tuned": runs[0], "per_tensor": runs[1]}
+        if not per_tensor:
+            tuning = opt._bucket_tuning
+    return {"buckets": buckets, "tuning": tuning is not None, "still_asking": tuning is not None and tuning._asking,
+            "tuned": runs[0], "per_tensor": runs[1]}
 
 
 def autotuned_buckets_with_join(early, steps):

@@ -172,6 +172,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     seen.add(id(p))
         self._groups = groups
         self._bucket_bytes = _bucket_bytes() if groups is None else 0
+        # A size the user chose is kept under HOROVOD_AUTOTUNE, as the
+        # engine keeps every knob set explicitly.
+        self._bucket_size_chosen = bool(os.environ.get(BUCKET_ENV, "").strip())
 
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
@@ -211,7 +214,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _register_hooks(self):
         p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._requires_update = p_list
-        if self._groups is None and self._bucket_bytes > 0:
+        if self._groups is None and self._bucket_bytes > 0 and not self._bucket_size_chosen:
             total = sum(p.numel() * p.element_size() for p in p_list)
             self._bucket_tuning = GradientBucketTuning(self._bucket_bytes, total, self.process_set)
         self._form_groups()
