@@ -593,8 +593,9 @@ bool ShmCommunicator::allreduce_out_of_place(const void* in, void* out, size_t c
 
 // Out of place costs what in place does: the input is read where in place
 // would read `data`, the result written where it would write it. Scaling
-// where each member reduces its share saves a pass over the whole result
-// (+13-19 % at 4-16 MiB when it was one) and scales a share, not all.
+// where each member reduces its share saves a pass over the whole result:
+// at P=2 that pass made an Average 19-27 % slower than a Sum at 4-16 MiB
+// and 62-68 % at 64 MiB (docs/benchmarks.md).
 bool ShmCommunicator::allreduce_scaled(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                                        double scale) {
   check_abort("allreduce");
