@@ -66,6 +66,37 @@ def fake_hosts():
     hosts.run("down", check=False)
 
 
+# The shared-memory segments MPICH (mpich_shm_*) and Open MPI
+# (sm_segment.*) make in /dev/shm; a rank killed at the wrong moment leaves
+# its job's segment behind (seen after the CI run, 2 MiB per job).
+_MPI_SEGMENT_PREFIXES = ("mpich_shm_", "sm_segment.")
+
+
+def _mpi_segments():
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return set()
+    return {n for n in names if n.startswith(_MPI_SEGMENT_PREFIXES)}
+
+
+@pytest.fixture
+def removes_mpi_segments():
+    """For tests that kill MPI ranks: afterwards, removes the MPI shared-memory
+    segments of this user that appeared in /dev/shm during the test (the MPI
+    library, not hvd, leaves them; the test's job is over by then). Tests run
+    one at a time, so what appeared is this test's."""
+    before = _mpi_segments()
+    yield
+    for name in _mpi_segments() - before:
+        path = os.path.join("/dev/shm", name)
+        try:
+            if os.stat(path).st_uid == os.geteuid():
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
     """Starts Debian's sshd on a free loopback port with freshly generated keys."""

@@ -91,7 +91,7 @@ def test_training_example_over_mpi_ends_with_identical_replicas(mpi_bin):
 
 
 @pytest.mark.mpi
-def test_a_killed_rank_ends_an_mpi_data_plane_job_within_seconds(mpi_bin):
+def test_a_killed_rank_ends_an_mpi_data_plane_job_within_seconds(mpi_bin, removes_mpi_segments):
     # A blocked MPI call cannot be interrupted: ending the job is mpirun's
     # and horovodrun's part, and it must still be prompt and name the rank.
     start = time.monotonic()

@@ -88,7 +88,7 @@ RECORD_PID_AND_WAIT = ("import os, sys, time\n"
                        "time.sleep(300)\n")
 
 
-def test_killed_launcher_leaves_no_mpi_ranks_behind(mpi_bin, tmp_path):
+def test_killed_launcher_leaves_no_mpi_ranks_behind(mpi_bin, tmp_path, removes_mpi_segments):
     import os
     import subprocess
 
