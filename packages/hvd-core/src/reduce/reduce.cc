@@ -152,15 +152,12 @@ void reduce_two_typed(T* __restrict dst, const T* __restrict a, const T* __restr
 // through it once.
 constexpr size_t kBlockElements = 2048;
 
+// `scale` is for two sources or more (reduce_many_scaled scales one itself).
 template <typename T, typename Op>
 void reduce_many_typed(T* dst, const void* const* srcs, size_t num_srcs, size_t count, const T* scale = nullptr) {
   if (num_srcs == 0) return;
   if (num_srcs == 1) {
     if (dst != srcs[0]) std::memmove(dst, srcs[0], count * sizeof(T));
-    if (scale != nullptr) {
-      const T f = *scale;
-      for (size_t i = 0; i < count; ++i) dst[i] *= f;
-    }
     return;
   }
   for (size_t begin = 0; begin < count; begin += kBlockElements) {
@@ -345,12 +342,15 @@ void reduce_many_scaled(void* dst, const void* const* srcs, size_t num_srcs, siz
                         ReduceOp op, double scale) {
   if (scale == 1.0) return reduce_many(dst, srcs, num_srcs, count, dtype, op);
   // scale_copy multiplies float32 in float and float64 in double.
-  if (dtype == DataType::kFloat32) {
+  if (num_srcs >= 2 && dtype == DataType::kFloat32) {
     const float f = static_cast<float>(scale);
     return reduce_many_arith<float>(dst, srcs, num_srcs, count, op, &f);
   }
-  if (dtype == DataType::kFloat64) return reduce_many_arith<double>(dst, srcs, num_srcs, count, op, &scale);
-  // The rest: a block at a time, scaled while it is in L1.
+  if (num_srcs >= 2 && dtype == DataType::kFloat64) {
+    return reduce_many_arith<double>(dst, srcs, num_srcs, count, op, &scale);
+  }
+  // The rest (and a single source, a copy): a block at a time, scaled while
+  // it is in L1.
   const size_t esize = dtype_size(dtype);
   const void* few[16];
   std::vector<const void*> many;
