@@ -172,9 +172,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     seen.add(id(p))
         self._groups = groups
         self._bucket_bytes = _bucket_bytes() if groups is None else 0
-        # A size the user chose is kept under HOROVOD_AUTOTUNE, as the
-        # engine keeps every knob set explicitly.
-        self._bucket_size_chosen = bool(os.environ.get(BUCKET_ENV, "").strip())
 
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
@@ -214,7 +211,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _register_hooks(self):
         p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._requires_update = p_list
-        if self._groups is None and self._bucket_bytes > 0 and not self._bucket_size_chosen:
+        # A size the user chose is kept under HOROVOD_AUTOTUNE, as the engine
+        # keeps every knob set explicitly (called from __init__: the
+        # environment _bucket_bytes() read).
+        chosen = bool(os.environ.get(BUCKET_ENV, "").strip())
+        if self._groups is None and self._bucket_bytes > 0 and not chosen:
             total = sum(p.numel() * p.element_size() for p in p_list)
             self._bucket_tuning = GradientBucketTuning(self._bucket_bytes, total, self.process_set)
         self._form_groups()
