@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "auth/hmac_sha256.h"
 #include "common/deadline.h"
@@ -40,6 +41,9 @@ namespace {
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 constexpr auto kDriverCheck = std::chrono::milliseconds(1);
 constexpr auto kGpuPoll = std::chrono::microseconds(50);
+// How long a stopping set waits for its GPU work, or for its members to
+// finish theirs, before aborting NCCL.
+constexpr auto kGpuDrain = std::chrono::seconds(2);
 // A caller waiting this long on a tensor that is still being negotiated is
 // "blocked" on it (told to the coordinator, for divergence detection); no
 // wait on the fast path lasts this long, so it costs nothing there.
@@ -543,8 +547,7 @@ void ProcessSetRuntime::step() {
   }
   if (stop_requested_.load()) {
     // Collectives already queued on the GPU finish normally (a moment).
-    const auto gpu_deadline = Clock::now() + std::chrono::seconds(2);
-    while (gpu_plane_ && gpu_plane_->pending() && Clock::now() < gpu_deadline) gpu_plane_->poll();
+    drain_gpu(kGpuDrain);
     // Tell the peers this is a clean exit (the coordinator tells every
     // worker, a worker its coordinator); a peer that is gone already needs
     // no telling.
@@ -555,6 +558,7 @@ void ProcessSetRuntime::step() {
       } catch (const Error&) {
       }
     }
+    if (member_ == 0 && gpu_plane_ && gpu_plane_->uses_nccl()) await_members_leaving(kGpuDrain);
     fail_everything(Error(ErrorCode::kInternal, kShutDownMessage));
     finished_ = true;
     return;
@@ -926,6 +930,12 @@ void ProcessSetRuntime::step_worker() {
       execute(decode_responses(payload));
       executed = true;
     } else if (type == MessageType::kGoodbye) {
+      // The coordinator finished its part of every collective, but this
+      // rank's part of the last ones may still run on the GPU (NCCL hands
+      // over the last bytes after the sender's kernel ended): let it end
+      // before counting what was lost. Closing the channel then tells the
+      // coordinator this rank needs nothing more from its NCCL.
+      drain_gpu(kGpuDrain);
       channels_[0].close();
       std::string reason = rank_name(ranks_[0], "coordinator of process set " + std::to_string(id_)) +
                            " has shut down. " + kShutDownMessage;
@@ -943,6 +953,41 @@ void ProcessSetRuntime::step_worker() {
   }
   if (executed) now = Clock::now();  // a large collective may have taken long
   check_heartbeats(now);
+}
+
+void ProcessSetRuntime::drain_gpu(Clock::duration limit) {
+  const auto deadline = Clock::now() + limit;
+  while (gpu_plane_ && gpu_plane_->pending()) {
+    gpu_plane_->poll();
+    if (!gpu_plane_->pending() || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(kGpuPoll);
+  }
+}
+
+void ProcessSetRuntime::await_members_leaving(Clock::duration limit) {
+  const auto deadline = Clock::now() + limit;
+  MessageType type;
+  std::string payload;
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    for (size_t m = 1; m < channels_.size(); ++m) {
+      auto& ch = channels_[m];
+      try {
+        // A member leaves by closing its link (after its GPU work ended) or
+        // by saying goodbye itself; whatever else it says no longer matters.
+        while (ch.open() && ch.try_receive(&type, &payload)) {
+          if (type == MessageType::kGoodbye || type == MessageType::kAbort) ch.close();
+        }
+      } catch (const Error&) {
+        // try_receive closed the channel: the member is gone.
+      }
+      if (ch.open()) fds.push_back(pollfd{ch.fd(), POLLIN, 0});
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (fds.empty() || left <= 0) return;
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 2)));
+  }
 }
 
 void ProcessSetRuntime::fail_everything(const Error& error) {

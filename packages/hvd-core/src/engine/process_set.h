@@ -106,6 +106,11 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   void guarded_step();  // step() with failures turned into fail()
   void step_coordinator();
   void step_worker();
+  // Lets the collectives already queued on the GPU finish (up to `limit`).
+  void drain_gpu(std::chrono::steady_clock::duration limit);
+  // The coordinator's clean stop over NCCL: waits (up to `limit`) until every
+  // member has left, so none still receives bytes this rank's NCCL sends.
+  void await_members_leaving(std::chrono::steady_clock::duration limit);
   void drain_queue(std::vector<RequestMeta>* metas);
   void execute(const std::vector<Response>& responses);
   // The plane of CUDA tensors, made (collectively) by the first response

@@ -64,6 +64,7 @@ class GpuDataPlane : public DataPlane {
   // when the GPU or NCCL reported an error.
   void poll();
   bool pending() const { return !pending_.empty(); }
+  bool uses_nccl() const { return nccl_comm_ != nullptr || local_comm_ != nullptr; }
   // A peer failed or the set stops: NCCL's work is aborted and every
   // handle still waiting fails with `error`.
   void abort(const Error& error);
