@@ -59,8 +59,11 @@ PinnedHostBuffer::~PinnedHostBuffer() {
 }
 
 unsigned char* PinnedHostBuffer::get(size_t bytes) {
-  if (bytes > capacity_) {
+  if (device_copy_queued_ || bytes > capacity_) {
     gpu_call("staging through host memory", api_->stream_synchronize, stream_);
+    device_copy_queued_ = false;
+  }
+  if (bytes > capacity_) {
     api_->host_free(data_);
     capacity_ = 0;
     hvd_gpu_status status{};
@@ -69,6 +72,11 @@ unsigned char* PinnedHostBuffer::get(size_t bytes) {
     capacity_ = round_up_to_mib(bytes);
   }
   return static_cast<unsigned char*>(data_);
+}
+
+void PinnedHostBuffer::copy_to_device(void* device, const void* host, size_t bytes, const char* what) {
+  gpu_call(what, api_->copy, stream_, device, host, bytes, static_cast<int32_t>(HVD_GPU_HOST_TO_DEVICE));
+  device_copy_queued_ = true;
 }
 
 // ---------------------------------------------------------------------------
@@ -86,8 +94,7 @@ void HostStagedCommunicator::to_host(void* host, const void* device, size_t byte
 }
 
 void HostStagedCommunicator::to_device(void* device, const void* host, size_t bytes) {
-  gpu_call("copying a result back to the GPU", api_->copy, stream_, device, host, bytes,
-           static_cast<int32_t>(HVD_GPU_HOST_TO_DEVICE));
+  buffer_.copy_to_device(device, host, bytes, "copying a result back to the GPU");
 }
 
 void HostStagedCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {

@@ -25,21 +25,30 @@
 namespace hvd {
 
 // Page-locked host memory for staging, grown on demand (in whole MiB). The
-// stream is synchronized before a buffer is replaced: a queued copy may
-// still read the old one.
+// stream is synchronized before the host writes into the buffer again after
+// a copy to the device was queued from it, and before a buffer is replaced:
+// a queued copy may still read it. (A broadcast's receivers write into it
+// with no copy from the device first, which would wait for the stream.)
 class PinnedHostBuffer {
  public:
   PinnedHostBuffer(const hvd_gpu_plugin* api, hvd_gpu_stream* stream) : api_(api), stream_(stream) {}
   ~PinnedHostBuffer();
   PinnedHostBuffer(const PinnedHostBuffer&) = delete;
   PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  // The buffer, at least `bytes` long and free to write: a copy to the
+  // device queued from it earlier has run (the host would otherwise
+  // overwrite what that copy still has to read).
   unsigned char* get(size_t bytes);
+  // Queues a copy of `bytes` at `host` (inside the buffer) to `device` on
+  // the stream; the host does not wait for it.
+  void copy_to_device(void* device, const void* host, size_t bytes, const char* what);
 
  private:
   const hvd_gpu_plugin* api_;
   hvd_gpu_stream* stream_;
   void* data_ = nullptr;
   size_t capacity_ = 0;
+  bool device_copy_queued_ = false;
 };
 
 // `bytes` rounded up to whole MiB: buffers that grow do so rarely.

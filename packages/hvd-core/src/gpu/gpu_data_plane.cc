@@ -280,7 +280,7 @@ void* GpuDataPlane::host_view(void* data, size_t bytes) {
 }
 
 void GpuDataPlane::write_back(void* data, const void* host, size_t bytes) {
-  gpu_call("staging for Adasum", api_->copy, stream_, data, host, bytes, static_cast<int32_t>(HVD_GPU_HOST_TO_DEVICE));
+  host_view_->copy_to_device(data, host, bytes, "staging for Adasum");
 }
 
 }  // namespace hvd
