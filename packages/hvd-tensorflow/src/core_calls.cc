@@ -3,9 +3,6 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-
 namespace hvd_tf {
 
 absl::Status StatusFromError(hvd_error* e, std::string_view op_type, OpTypePrefix prefix) {
@@ -30,19 +27,19 @@ absl::Status StatusFromError(hvd_error* e, std::string_view op_type, OpTypePrefi
       break;
   }
   if (prefix == OpTypePrefix::kEveryMessage || code == absl::StatusCode::kUnknown) {
-    text = absl::StrCat(op_type, ": ", text);
+    text = Cat(op_type, ": ", text);
   }
   return absl::Status(code, text);
 }
 
-HostTensor::HostTensor(HostTensor&& other) noexcept : shape(std::move(other.shape)), tensor(other.tensor) {
+TensorView::TensorView(TensorView&& other) noexcept : shape(std::move(other.shape)), tensor(other.tensor) {
   if (tensor.shape != nullptr) tensor.shape = shape.data();
 }
 
-void HostTensor::Set(void* data, DLDataType dtype, const int64_t* dims, size_t ndim) {
+void TensorView::Set(void* data, DLDataType dtype, const int64_t* dims, size_t ndim, DLDevice device) {
   shape.assign(dims, dims + ndim);
   tensor.data = data;
-  tensor.device = DLDevice{kDLCPU, 0};
+  tensor.device = device;
   tensor.ndim = static_cast<int32_t>(shape.size());
   tensor.dtype = dtype;
   tensor.shape = shape.data();
@@ -60,7 +57,7 @@ hvd_tensor_args TensorArgs(const DLTensor* input, DLTensor* output, std::string_
 }
 
 std::string MemberName(std::string_view name, size_t i, size_t count) {
-  return count > 1 ? absl::StrCat(name, "_", i) : std::string(name);
+  return count > 1 ? Cat(name, "_", i) : std::string(name);
 }
 
 std::string EngineName(std::string_view node_name, bool ignore_name_scope) {
@@ -97,8 +94,8 @@ int32_t AllocIntoTargets(void* ctx, size_t index, int32_t ndim, const int64_t* s
   const std::vector<int64_t>& expected = t->targets[index].shape;
   std::vector<int64_t> got(shape, shape + ndim);
   if (got != expected) {
-    t->mismatch = absl::StrCat("the negotiated result of tensor ", index, " has shape [", absl::StrJoin(got, ","),
-                               "] but this XLA program was compiled for [", absl::StrJoin(expected, ","),
+    t->mismatch = Cat("the negotiated result of tensor ", index, " has shape [", Join(got, ","),
+                               "] but this XLA program was compiled for [", Join(expected, ","),
                                "]: a rank changed a first dimension without every rank recompiling");
     return 1;
   }

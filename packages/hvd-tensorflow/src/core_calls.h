@@ -1,8 +1,8 @@
 // core_calls.h - how hvd-tensorflow's C++ talks to hvd-core's C ABI, shared
 // by the TF kernels (tf_ops.cc), the XLA FFI handlers (xla_ffi_handlers.cc)
-// and the tf2xla kernels (xla_tf2xla_kernels.cc): describing a host buffer
-// as a DLTensor, filling hvd_tensor_args, the engine's tensor names, waiting
-// for a collective on the calling thread, and turning an hvd_error into the
+// and the tf2xla kernels (xla_tf2xla_kernels.cc): describing a host or CUDA
+// buffer as a DLTensor, filling hvd_tensor_args, the engine's tensor names,
+// waiting for a collective on the calling thread, and turning an hvd_error into the
 // TF status Horovod raises. Nothing here knows TensorFlow's or XLA's tensor
 // types, so each library links it without the other's headers.
 #ifndef HVD_TENSORFLOW_CORE_CALLS_H_
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,20 +44,50 @@ enum class OpTypePrefix { kUnknownOnly, kEveryMessage };
 // or a shut-down engine -> Unknown. Takes ownership of `e`; nullptr is OK.
 absl::Status StatusFromError(hvd_error* e, std::string_view op_type, OpTypePrefix prefix);
 
-// A DLTensor over a compact row-major host buffer, with the shape it points to.
-struct HostTensor {
+// Where a kernel's tensors live: host memory, or one CUDA device's memory
+// with the stream the framework queued their producers on (the engine's
+// GPU work waits for that stream's work queued so far).
+struct Placement {
+  DLDevice device{kDLCPU, 0};
+  void* stream = nullptr;
+};
+
+// A DLTensor over a compact row-major buffer, with the shape it points to.
+struct TensorView {
   std::vector<int64_t> shape;
   DLTensor tensor{};
 
   // Not copyable once set: `tensor.shape` points into `shape`.
-  HostTensor() = default;
-  HostTensor(const HostTensor&) = delete;
-  HostTensor& operator=(const HostTensor&) = delete;
-  HostTensor(HostTensor&& other) noexcept;
-  HostTensor& operator=(HostTensor&&) = delete;
+  TensorView() = default;
+  TensorView(const TensorView&) = delete;
+  TensorView& operator=(const TensorView&) = delete;
+  TensorView(TensorView&& other) noexcept;
+  TensorView& operator=(TensorView&&) = delete;
 
-  void Set(void* data, DLDataType dtype, const int64_t* dims, size_t ndim);
+  void Set(void* data, DLDataType dtype, const int64_t* dims, size_t ndim, DLDevice device = DLDevice{kDLCPU, 0});
 };
+
+// Messages: the parts streamed one after another, and a sequence joined by
+// `sep`. (Not absl::StrCat: this file and the XLA handlers also build
+// against an Abseil whose string_view is not std::string_view, for the
+// JAX-driven check of the handlers.)
+template <typename... Parts>
+std::string Cat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+template <typename Seq>
+std::string Join(const Seq& seq, const char* sep) {
+  std::ostringstream out;
+  const char* between = "";
+  for (const auto& v : seq) {
+    out << between << v;
+    between = sep;
+  }
+  return out.str();
+}
 
 // One tensor of an enqueue: `output` may be null (the engine allocates).
 hvd_tensor_args TensorArgs(const DLTensor* input, DLTensor* output, std::string_view name);

@@ -1,5 +1,6 @@
 // tf_ops.cc - Horovod's TensorFlow ops (HorovodAllreduce, HorovodAllgather,
-// ...) as asynchronous CPU kernels over hvd-core's C ABI.
+// ...) as asynchronous kernels over hvd-core's C ABI: CPU kernels always,
+// GPU kernels too when TensorFlow is a CUDA build (HVD_TF_GPU).
 //
 // Every collective kernel describes its tensors as DLPack descriptors,
 // enqueues them with hvd_enqueue() and returns; the engine's completion
@@ -12,6 +13,13 @@
 // '/'-separated part of it with ignore_name_scope (Horovod's rule); the
 // Python layer picks node names ("HorovodAllreduce_<tensor>") so that they
 // agree across ranks. Grouped ops add "_<i>" per tensor.
+//
+// GPU kernels hand the engine CUDA device pointers and the stream TensorFlow
+// queued the inputs' producers on (its compute stream); hvd-core's GPU plane
+// orders its own stream after that work, runs NCCL (or stages through host
+// memory) and completes the op once the results are written, so consumers
+// TensorFlow launches after `done` see them. Shapes and splits stay in host
+// memory (HostMemory in the registrations).
 //
 // Errors map to Horovod's TF statuses (StatusFromError in core_calls.h):
 // ranks disagree or hvd.init() missing -> FailedPrecondition; a dead peer or
@@ -30,6 +38,10 @@
 #include "tensorflow/core/framework/resource_mgr.h"  // LookupResource, HandleFromInput
 #include "tensorflow/core/framework/resource_var.h"  // tensorflow::Var (in-place broadcast targets)
 #include "tensorflow/core/framework/shape_inference.h"  // InferenceContext for the ops' shape functions
+#if HVD_TF_GPU
+#include "tensorflow/core/framework/device_base.h"  // AcceleratorDeviceInfo (the kernel's GPU)
+#include "xla/stream_executor/stream.h"             // se::Stream::platform_specific_handle (its CUDA stream)
+#endif
 
 namespace hvd_tf {
 namespace {
@@ -71,11 +83,25 @@ absl::Status to_status(hvd_error* e, const std::string& op_type) {
   return StatusFromError(e, op_type, OpTypePrefix::kUnknownOnly);
 }
 
-// A DLTensor over a TF tensor's buffer (compact row-major on the host).
-struct Descriptor {
-  HostTensor host;
+// Where this kernel's tensors live: the host, or the GPU TensorFlow runs
+// the kernel on, with its compute stream.
+Placement placement_of(OpKernelContext* ctx) {
+  Placement p;
+#if HVD_TF_GPU
+  const auto* gpu = ctx->device()->tensorflow_accelerator_device_info();
+  if (gpu != nullptr && ctx->op_device_context() != nullptr && ctx->op_device_context()->stream() != nullptr) {
+    p.device = DLDevice{kDLCUDA, gpu->gpu_id};
+    p.stream = ctx->op_device_context()->stream()->platform_specific_handle().stream;
+  }
+#endif
+  return p;
+}
 
-  absl::Status describe(const Tensor& t) {
+// A DLTensor over a TF tensor's buffer (compact row-major).
+struct Descriptor {
+  TensorView view;
+
+  absl::Status describe(const Tensor& t, DLDevice device) {
     DLDataType dtype;
     if (!to_dlpack(t.dtype(), &dtype)) {
       return errors::InvalidArgument("Horovod does not support tensors of type ",
@@ -83,7 +109,7 @@ struct Descriptor {
     }
     std::vector<int64_t> dims(static_cast<size_t>(t.dims()));
     for (int d = 0; d < t.dims(); ++d) dims[static_cast<size_t>(d)] = t.dim_size(d);
-    host.Set(const_cast<char*>(t.tensor_data().data()), dtype, dims.data(), dims.size());
+    view.Set(const_cast<char*>(t.tensor_data().data()), dtype, dims.data(), dims.size(), device);
     return absl::OkStatus();
   }
 };
@@ -118,6 +144,7 @@ class CollectiveOp : public AsyncOpKernel {
     call->op = this;
     call->ctx = ctx;
     call->done = std::move(done);
+    call->placement = placement_of(ctx);
     absl::Status s = prepare(ctx, call.get());
     if (!s.ok()) {
       ctx->SetStatus(s);
@@ -136,6 +163,7 @@ class CollectiveOp : public AsyncOpKernel {
     args.postscale_factor = postscale_;
     args.tensors = call->args.data();
     args.num_tensors = call->args.size();
+    args.device_stream = call->placement.stream;
     if (allocates_outputs()) {
       args.alloc = &Call::allocate;
       args.alloc_ctx = call.get();
@@ -160,6 +188,7 @@ class CollectiveOp : public AsyncOpKernel {
     CollectiveOp* op = nullptr;
     OpKernelContext* ctx = nullptr;
     DoneCallback done;
+    Placement placement;
     std::vector<Descriptor> inputs, outputs;
     std::vector<std::string> names;
     std::vector<hvd_tensor_args> args;
@@ -193,10 +222,10 @@ class CollectiveOp : public AsyncOpKernel {
   // Adds one tensor to the call: `in` is sent; `out` (optional) receives the result.
   absl::Status add(Call* call, const Tensor& in, Tensor* out, int index, int count) {
     call->inputs.emplace_back();
-    TF_RETURN_IF_ERROR(call->inputs.back().describe(in));
+    TF_RETURN_IF_ERROR(call->inputs.back().describe(in, call->placement.device));
     if (out != nullptr) {
       call->outputs.emplace_back();
-      TF_RETURN_IF_ERROR(call->outputs.back().describe(*out));
+      TF_RETURN_IF_ERROR(call->outputs.back().describe(*out, call->placement.device));
     }
     call->names.push_back(MemberName(name_, static_cast<size_t>(index), static_cast<size_t>(count)));
     return absl::OkStatus();
@@ -207,8 +236,8 @@ class CollectiveOp : public AsyncOpKernel {
     call->args.resize(call->inputs.size());
     for (size_t i = 0; i < call->inputs.size(); ++i) {
       hvd_tensor_args& a = call->args[i];
-      a = TensorArgs(&call->inputs[i].host.tensor,
-                     i < call->outputs.size() ? &call->outputs[i].host.tensor : nullptr, call->names[i]);
+      a = TensorArgs(&call->inputs[i].view.tensor,
+                     i < call->outputs.size() ? &call->outputs[i].view.tensor : nullptr, call->names[i]);
       if (!call->splits.empty()) {
         a.splits = call->splits.data();
         a.num_splits = call->splits.size();
@@ -601,6 +630,28 @@ HVD_CPU_KERNEL("HorovodLocalSize", Topology<TopologyOp::What::kLocalSize>);
 HVD_CPU_KERNEL("HorovodRank", Topology<TopologyOp::What::kRank>);
 HVD_CPU_KERNEL("HorovodLocalRank", Topology<TopologyOp::What::kLocalRank>);
 HVD_CPU_KERNEL("HorovodProcessSetIncluded", Topology<TopologyOp::What::kIncluded>);
+
+#if HVD_TF_GPU
+// The same kernels on GPUs. Alltoall's splits, join's result and the
+// topology values are small host-side integers.
+#define HVD_GPU_KERNEL(BUILDER, CLASS) REGISTER_KERNEL_BUILDER(BUILDER.Device(::tensorflow::DEVICE_GPU), CLASS)
+
+HVD_GPU_KERNEL(Name("HorovodAllreduce"), AllreduceOp);
+HVD_GPU_KERNEL(Name("HorovodGroupedAllreduce"), AllreduceOp);
+HVD_GPU_KERNEL(Name("HorovodAllgather"), AllgatherOp);
+HVD_GPU_KERNEL(Name("HorovodGroupedAllgather"), AllgatherOp);
+HVD_GPU_KERNEL(Name("HorovodBroadcast"), BroadcastOp);
+HVD_GPU_KERNEL(Name("HorovodBroadcastInplaceResource"), BroadcastInplaceResourceOp);
+HVD_GPU_KERNEL(Name("HorovodReducescatter"), ReducescatterOp);
+HVD_GPU_KERNEL(Name("HorovodGroupedReducescatter"), ReducescatterOp);
+HVD_GPU_KERNEL(Name("HorovodAlltoall").HostMemory("splits").HostMemory("received_splits"), AlltoallOp);
+HVD_GPU_KERNEL(Name("HorovodJoin").HostMemory("output"), JoinOp);
+HVD_GPU_KERNEL(Name("HorovodSize").HostMemory("output"), Topology<TopologyOp::What::kSize>);
+HVD_GPU_KERNEL(Name("HorovodLocalSize").HostMemory("output"), Topology<TopologyOp::What::kLocalSize>);
+HVD_GPU_KERNEL(Name("HorovodRank").HostMemory("output"), Topology<TopologyOp::What::kRank>);
+HVD_GPU_KERNEL(Name("HorovodLocalRank").HostMemory("output"), Topology<TopologyOp::What::kLocalRank>);
+HVD_GPU_KERNEL(Name("HorovodProcessSetIncluded").HostMemory("output"), Topology<TopologyOp::What::kIncluded>);
+#endif
 
 }  // namespace
 }  // namespace hvd_tf

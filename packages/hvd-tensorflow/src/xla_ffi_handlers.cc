@@ -1,15 +1,25 @@
 // xla_ffi_handlers.cc - the run-time half of Horovod's XLA support: XLA FFI
-// handlers (platform "Host") that serve the custom calls the tf2xla kernels
-// (xla_tf2xla_kernels.cc) emit inside tf.function(jit_compile=True) programs
-// on the CPU.
+// handlers that serve the custom calls the tf2xla kernels
+// (xla_tf2xla_kernels.cc) emit inside tf.function(jit_compile=True)
+// programs: platform "Host" always, platform "CUDA" too when TensorFlow is a
+// CUDA build (HVD_TF_GPU).
 //
-// XLA's CPU runtime calls a handler with the operand and result buffers and
-// the attributes decoded from the call's backend_config; the handler enqueues
-// one engine collective (a group for the grouped ops) with
-// HVD_ENQUEUE_CALLER_WAITS and waits for it on the XLA thread, writing
-// straight into XLA's result buffers. Result shapes were fixed at compile
-// time: a negotiated result of any other shape (a rank that recompiled while
-// another reused its program) is refused rather than written.
+// XLA's runtime calls a handler with the operand and result buffers and the
+// attributes decoded from the call's backend_config; the handler enqueues one
+// engine collective (a group for the grouped ops) with
+// HVD_ENQUEUE_CALLER_WAITS and waits for it on the calling thread, writing
+// straight into XLA's result buffers. On a GPU the buffers are device memory
+// and the handler also passes XLA's stream: the engine's GPU plane orders its
+// work after what XLA queued before the call, and the handler returns once
+// the results are written, so the kernels XLA queues next read them. Result
+// shapes were fixed at compile time: a negotiated result of any other shape
+// (a rank that recompiled while another reused its program) is refused
+// rather than written.
+//
+// HVD_XLA_FFI_EXPORTED_HANDLERS builds the handlers as exported C symbols
+// instead of registering them with TensorFlow's XLA (any XLA runtime can then
+// register them itself, e.g. JAX's jax.ffi.register_ffi_target in the GPU
+// check of tools/gpu_check.sh).
 
 #include <cstdint>
 #include <string>
@@ -17,18 +27,18 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core_calls.h"
 #include "hvd/c_api.h"
 #include "xla/ffi/api/ffi.h"
 #include "xla_custom_calls.h"
 
+#ifndef HVD_XLA_FFI_EXPORTED_HANDLERS
 namespace xla::ffi {
 // Defined in xla/ffi/ffi_api.h (exported by libtensorflow_cc.so.2). That
 // header drags in XLA's HLO internals; the one declaration is all we need.
 const XLA_FFI_Api* GetXlaFfiApi();
 }  // namespace xla::ffi
+#endif
 
 namespace hvd_tf {
 namespace {
@@ -65,16 +75,16 @@ bool ToDLDataType(ffi::DataType t, DLDataType* out) {
 
 // A DLTensor over an XLA buffer. XLA hands custom calls compact row-major
 // buffers (the kernels pin the default layout), so no strides are needed.
-struct DLView : HostTensor {
-  absl::Status Init(const ffi::AnyBuffer& buf, std::string_view op_type) {
+struct DLView : TensorView {
+  absl::Status Init(const ffi::AnyBuffer& buf, DLDevice device, std::string_view op_type) {
     DLDataType dtype;
     if (!ToDLDataType(buf.element_type(), &dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(Cat(
           op_type, ": unsupported element type ", static_cast<int>(buf.element_type())));
     }
     auto dims = buf.dimensions();
     std::vector<int64_t> dims_vec(dims.begin(), dims.end());
-    Set(buf.untyped_data(), dtype, dims_vec.data(), dims_vec.size());
+    Set(buf.untyped_data(), dtype, dims_vec.data(), dims_vec.size(), device);
     return absl::OkStatus();
   }
 };
@@ -96,11 +106,12 @@ struct CollectiveAttrs {
 
 // Runs one (possibly grouped) collective over the custom call's operands and
 // results, pairwise.
-ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::RemainingRets outs) {
+ffi::Error RunCollective(const Placement& where, const CollectiveAttrs& a, ffi::RemainingArgs ins,
+                         ffi::RemainingRets outs) {
   const size_t n = ins.size();
   if (outs.size() != n || n == 0) {
     return ffi::Error::InvalidArgument(
-        absl::StrCat(a.op_type, ": ", n, " operands but ", outs.size(), " results"));
+        Cat(a.op_type, ": ", n, " operands but ", outs.size(), " results"));
   }
   const bool alltoall = a.collective == HVD_ALLTOALL;
   const bool engine_allocates = alltoall || a.collective == HVD_ALLGATHER || a.collective == HVD_REDUCESCATTER;
@@ -113,8 +124,8 @@ ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::
     auto out = outs.get<ffi::AnyBuffer>(i);
     if (in.has_error()) return in.error();
     if (out.has_error()) return out.error();
-    if (auto s = src[i].Init(*in, a.op_type); !s.ok()) return ToFfiError(s);
-    if (auto s = dst[i].Init(**out, a.op_type); !s.ok()) return ToFfiError(s);
+    if (auto s = src[i].Init(*in, where.device, a.op_type); !s.ok()) return ToFfiError(s);
+    if (auto s = dst[i].Init(**out, where.device, a.op_type); !s.ok()) return ToFfiError(s);
     names[i] = MemberName(a.name, i, n);
     tensors[i] = TensorArgs(&src[i].tensor, engine_allocates ? nullptr : &dst[i].tensor, names[i]);
     if (alltoall) {
@@ -132,6 +143,7 @@ ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::
   args.root_rank = a.root_rank;
   args.tensors = tensors.data();
   args.num_tensors = n;
+  args.device_stream = where.stream;
   if (engine_allocates) {
     args.alloc = &AllocIntoTargets;
     args.alloc_ctx = &targets;
@@ -140,22 +152,22 @@ ffi::Error RunCollective(const CollectiveAttrs& a, ffi::RemainingArgs ins, ffi::
   absl::Status s = EnqueueAndWait(a.op_type, &args, alltoall ? &outcome : nullptr);
   if (!targets.mismatch.empty()) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      absl::StrCat(a.op_type, ": '", a.name, "': ", targets.mismatch));
+                      Cat(a.op_type, ": '", a.name, "': ", targets.mismatch));
   }
   // received_splits is a compile-time constant of the program: rows may add
   // up to the compiled total and still come from other ranks than compiled.
   if (s.ok() && alltoall &&
       outcome.received_splits != std::vector<int64_t>(a.received_splits.begin(), a.received_splits.end())) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      absl::StrCat(a.op_type, ": '", a.name, "': received splits [",
-                                   absl::StrJoin(outcome.received_splits, ","),
-                                   "] but this XLA program was compiled for [", absl::StrJoin(a.received_splits, ","),
+                      Cat(a.op_type, ": '", a.name, "': received splits [",
+                                   Join(outcome.received_splits, ","),
+                                   "] but this XLA program was compiled for [", Join(a.received_splits, ","),
                                    "]: a rank changed its splits without every rank recompiling"));
   }
   return ToFfiError(s);
 }
 
-ffi::Error AllreduceImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
+ffi::Error AllreduceImpl(const Placement& where, ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
                          std::string_view name, int32_t reduce_op, double prescale, double postscale,
                          int32_t process_set_id) {
   CollectiveAttrs a;
@@ -166,10 +178,10 @@ ffi::Error AllreduceImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::s
   a.prescale = prescale;
   a.postscale = postscale;
   a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
+  return RunCollective(where, a, ins, outs);
 }
 
-ffi::Error ReducescatterImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
+ffi::Error ReducescatterImpl(const Placement& where, ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
                              std::string_view name, int32_t reduce_op, double prescale, double postscale,
                              int32_t process_set_id) {
   CollectiveAttrs a;
@@ -180,20 +192,20 @@ ffi::Error ReducescatterImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, st
   a.prescale = prescale;
   a.postscale = postscale;
   a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
+  return RunCollective(where, a, ins, outs);
 }
 
-ffi::Error AllgatherImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
+ffi::Error AllgatherImpl(const Placement& where, ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
                          std::string_view name, int32_t process_set_id) {
   CollectiveAttrs a;
   a.op_type = op_type;
   a.name = name;
   a.collective = HVD_ALLGATHER;
   a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
+  return RunCollective(where, a, ins, outs);
 }
 
-ffi::Error BroadcastImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
+ffi::Error BroadcastImpl(const Placement& where, ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
                          std::string_view name, int32_t root_rank, int32_t process_set_id) {
   CollectiveAttrs a;
   a.op_type = op_type;
@@ -201,10 +213,10 @@ ffi::Error BroadcastImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::s
   a.collective = HVD_BROADCAST;
   a.root_rank = root_rank;
   a.process_set_id = process_set_id;
-  return RunCollective(a, ins, outs);
+  return RunCollective(where, a, ins, outs);
 }
 
-ffi::Error AlltoallImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
+ffi::Error AlltoallImpl(const Placement& where, ffi::RemainingArgs ins, ffi::RemainingRets outs, std::string_view op_type,
                         std::string_view name, int32_t process_set_id, ffi::Span<const int64_t> splits,
                         ffi::Span<const int64_t> received_splits) {
   CollectiveAttrs a;
@@ -214,7 +226,7 @@ ffi::Error AlltoallImpl(ffi::RemainingArgs ins, ffi::RemainingRets outs, std::st
   a.process_set_id = process_set_id;
   a.splits = splits;
   a.received_splits = received_splits;
-  return RunCollective(a, ins, outs);
+  return RunCollective(where, a, ins, outs);
 }
 
 // Join carries no tensor (the engine names it); its one result is the last
@@ -230,68 +242,100 @@ ffi::Error JoinImpl(ffi::ResultBufferR0<ffi::DataType::S32> out, std::string_vie
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kAllreduceHandler, AllreduceImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("reduce_op")
-                           .Attr<double>("prescale_factor")
-                           .Attr<double>("postscale_factor")
-                           .Attr<int32_t>("process_set_id"));
+// On a GPU the result is device memory, which this library (no CUDA of its
+// own) cannot write: refused with a way out rather than run.
+ffi::Error JoinOnGpu(void*, int32_t, ffi::ResultBufferR0<ffi::DataType::S32>, std::string_view op_type,
+                     std::string_view, int32_t) {
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    Cat(op_type, ": hvd.join() inside an XLA program on a GPU is not supported; call it "
+                                          "outside jit_compile"));
+}
 
-XLA_FFI_DEFINE_HANDLER(kReducescatterHandler, ReducescatterImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("reduce_op")
-                           .Attr<double>("prescale_factor")
-                           .Attr<double>("postscale_factor")
-                           .Attr<int32_t>("process_set_id"));
+// The attributes of each target's calls, bound after the handler's context.
+#define HVD_REDUCE_BINDING(START)                     \
+  START.RemainingArgs()                               \
+      .RemainingRets()                                \
+      .Attr<std::string_view>("op_type")              \
+      .Attr<std::string_view>("name")                 \
+      .Attr<int32_t>("reduce_op")                     \
+      .Attr<double>("prescale_factor")                \
+      .Attr<double>("postscale_factor")               \
+      .Attr<int32_t>("process_set_id")
+#define HVD_ALLGATHER_BINDING(START) \
+  START.RemainingArgs().RemainingRets().Attr<std::string_view>("op_type").Attr<std::string_view>("name").Attr<int32_t>("process_set_id")
+#define HVD_BROADCAST_BINDING(START)                  \
+  START.RemainingArgs()                               \
+      .RemainingRets()                                \
+      .Attr<std::string_view>("op_type")              \
+      .Attr<std::string_view>("name")                 \
+      .Attr<int32_t>("root_rank")                     \
+      .Attr<int32_t>("process_set_id")
+#define HVD_ALLTOALL_BINDING(START)                   \
+  START.RemainingArgs()                               \
+      .RemainingRets()                                \
+      .Attr<std::string_view>("op_type")              \
+      .Attr<std::string_view>("name")                 \
+      .Attr<int32_t>("process_set_id")                \
+      .Attr<ffi::Span<const int64_t>>("splits")       \
+      .Attr<ffi::Span<const int64_t>>("received_splits")
+#define HVD_JOIN_BINDING(START)                       \
+  START.Ret<ffi::BufferR0<ffi::DataType::S32>>()      \
+      .Attr<std::string_view>("op_type")              \
+      .Attr<std::string_view>("name")                 \
+      .Attr<int32_t>("process_set_id")
 
-XLA_FFI_DEFINE_HANDLER(kAllgatherHandler, AllgatherImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("process_set_id"));
+// Two handlers per collective: on the host, and on a CUDA device, where XLA
+// also passes its stream and the device's ordinal.
+#define HVD_CUDA_CONTEXT ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()
+#define HVD_XLA_HANDLERS(NAME, IMPL, BINDING)                                                   \
+  XLA_FFI_DEFINE_HANDLER(k##NAME##Host, ([](auto... a) { return IMPL(Placement{}, a...); }),   \
+                         BINDING(ffi::Ffi::Bind()));                                           \
+  XLA_FFI_DEFINE_HANDLER(k##NAME##Cuda, ([](void* stream, int32_t device, auto... a) {         \
+                           return IMPL(Placement{DLDevice{kDLCUDA, device}, stream}, a...);    \
+                         }),                                                                   \
+                         BINDING(HVD_CUDA_CONTEXT))
 
-XLA_FFI_DEFINE_HANDLER(kBroadcastHandler, BroadcastImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("root_rank")
-                           .Attr<int32_t>("process_set_id"));
+HVD_XLA_HANDLERS(Allreduce, AllreduceImpl, HVD_REDUCE_BINDING);
+HVD_XLA_HANDLERS(Reducescatter, ReducescatterImpl, HVD_REDUCE_BINDING);
+HVD_XLA_HANDLERS(Allgather, AllgatherImpl, HVD_ALLGATHER_BINDING);
+HVD_XLA_HANDLERS(Broadcast, BroadcastImpl, HVD_BROADCAST_BINDING);
+HVD_XLA_HANDLERS(Alltoall, AlltoallImpl, HVD_ALLTOALL_BINDING);
+XLA_FFI_DEFINE_HANDLER(kJoinHost, JoinImpl, HVD_JOIN_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER(kJoinCuda, JoinOnGpu, HVD_JOIN_BINDING(HVD_CUDA_CONTEXT));
 
-XLA_FFI_DEFINE_HANDLER(kAlltoallHandler, AlltoallImpl,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("process_set_id")
-                           .Attr<ffi::Span<const int64_t>>("splits")
-                           .Attr<ffi::Span<const int64_t>>("received_splits"));
-
-XLA_FFI_DEFINE_HANDLER(kJoinHandler, JoinImpl,
-                       ffi::Ffi::Bind()
-                           .Ret<ffi::BufferR0<ffi::DataType::S32>>()
-                           .Attr<std::string_view>("op_type")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("process_set_id"));
-
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "Host", kAllreduceHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "Host", kReducescatterHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "Host", kAllgatherHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "Host", kBroadcastHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "Host", kAlltoallHandler);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "Host", kJoinHandler);
+#ifndef HVD_XLA_FFI_EXPORTED_HANDLERS
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "Host", kAllreduceHost);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "Host", kReducescatterHost);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "Host", kAllgatherHost);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "Host", kBroadcastHost);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "Host", kAlltoallHost);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "Host", kJoinHost);
+#if HVD_TF_GPU
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "CUDA", kAllreduceCuda);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "CUDA", kReducescatterCuda);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "CUDA", kAllgatherCuda);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "CUDA", kBroadcastCuda);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "CUDA", kAlltoallCuda);
+XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "CUDA", kJoinCuda);
+#endif
+#endif
 
 }  // namespace
 }  // namespace hvd_tf
+
+#ifdef HVD_XLA_FFI_EXPORTED_HANDLERS
+#define HVD_XLA_EXPORT(SYMBOL, HANDLER) \
+  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* SYMBOL(XLA_FFI_CallFrame* frame) { return HANDLER(frame); }
+HVD_XLA_EXPORT(hvd_xla_allreduce_host, hvd_tf::kAllreduceHost)
+HVD_XLA_EXPORT(hvd_xla_allreduce_cuda, hvd_tf::kAllreduceCuda)
+HVD_XLA_EXPORT(hvd_xla_reducescatter_host, hvd_tf::kReducescatterHost)
+HVD_XLA_EXPORT(hvd_xla_reducescatter_cuda, hvd_tf::kReducescatterCuda)
+HVD_XLA_EXPORT(hvd_xla_allgather_host, hvd_tf::kAllgatherHost)
+HVD_XLA_EXPORT(hvd_xla_allgather_cuda, hvd_tf::kAllgatherCuda)
+HVD_XLA_EXPORT(hvd_xla_broadcast_host, hvd_tf::kBroadcastHost)
+HVD_XLA_EXPORT(hvd_xla_broadcast_cuda, hvd_tf::kBroadcastCuda)
+HVD_XLA_EXPORT(hvd_xla_alltoall_host, hvd_tf::kAlltoallHost)
+HVD_XLA_EXPORT(hvd_xla_alltoall_cuda, hvd_tf::kAlltoallCuda)
+HVD_XLA_EXPORT(hvd_xla_join_host, hvd_tf::kJoinHost)
+HVD_XLA_EXPORT(hvd_xla_join_cuda, hvd_tf::kJoinCuda)
+#endif
