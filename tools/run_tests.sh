@@ -22,6 +22,10 @@ command -v ssh >/dev/null || need_apt+=(openssh-client)
 # clang and its sanitizer/libFuzzer runtimes: the fuzz targets (tools/fuzz.sh).
 command -v clang++ >/dev/null || need_apt+=(clang)
 [[ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ]] || need_apt+=(libclang-rt-14-dev)
+# Abseil (status) and pkg-config: hvd-tensorflow's XLA handlers built without
+# TensorFlow (tools/build_xla_handlers.sh) for the JAX-driven check below.
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+pkg-config --exists absl_status 2>/dev/null || need_apt+=(libabsl-dev)
 if (( ${#need_apt[@]} )); then
   if [[ $(id -u) -eq 0 ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -69,6 +73,16 @@ mxnet_venv="$ROOT/.venv-mxnet"
   "scikit-build-core>=0.11" "setuptools>=77" wheel pytest pytest-timeout cloudpickle PyYAML
 "$mxnet_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall \
   --no-deps ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-mxnet
+
+# jax (CPU) in its own environment: it runs hvd-tensorflow's XLA FFI handlers
+# through JAX's XLA on the host, so the JAX-driven GPU check of
+# tools/gpu_check.sh keeps working between GPU sessions.
+jax_venv="$ROOT/.venv-jax"
+[[ -x "$jax_venv/bin/python" ]] || python3 -m venv "$jax_venv"
+"$jax_venv/bin/python" -m pip install -q --disable-pip-version-check jax numpy "scikit-build-core>=0.11" \
+  "setuptools>=77" wheel pytest pytest-timeout
+"$jax_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall \
+  --no-deps ./packages/hvd-core ./packages/hvd-launch
 
 echo "== lint (ruff.toml)"
 lint_status=0
@@ -126,6 +140,17 @@ echo "-- packages/hvd-mxnet/tests (in .venv-mxnet)"
 "$mxnet_venv/bin/python" -m pytest -p no:cacheprovider --timeout=300 -q -rfE "$@" "$ROOT/packages/hvd-mxnet/tests" 2>&1 \
   | tee "$ROOT/build/pytest.log" || status=1
 grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
+echo "-- packages/hvd-tensorflow/tests/test_xla_handlers_jax.py (in .venv-jax)"
+if PYTHON="$jax_venv/bin/python" "$ROOT/tools/build_xla_handlers.sh" "$ROOT/build/xla-handlers" >"$ROOT/build/xla-handlers.log" 2>&1; then
+  HVD_XLA_HANDLERS_LIBRARY="$ROOT/build/xla-handlers/libhvd_xla_handlers.so" "$jax_venv/bin/python" -m pytest \
+    -p no:cacheprovider --timeout=300 -q -rfE "$@" "$ROOT/packages/hvd-tensorflow/tests/test_xla_handlers_jax.py" 2>&1 \
+    | tee "$ROOT/build/pytest.log" || status=1
+  grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
+else
+  tail -20 "$ROOT/build/xla-handlers.log"
+  echo "tools/build_xla_handlers.sh failed (build/xla-handlers.log)" >>"$failed"
+  status=1
+fi
 (( lint_status == 0 )) || echo "ruff check: lint errors (listed under '== lint' above)" >>"$failed"
 (( docs_status == 0 )) || echo "mkdocs build --strict: docs errors (listed under '== docs' above)" >>"$failed"
 (( fuzz_status == 0 )) || echo "tools/fuzz.sh: a fuzz target did not build or did not run clean (see '== fuzz' above)" >>"$failed"
