@@ -16,6 +16,7 @@ from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_A
                                          call_sync_owned_buffer, free_owned, full_name, group_tensor_names,
                                          owned_address, read_owned, received_splits, result, run_sync, run_sync_owned,
                                          sync_template)
+from horovod.common.engine_calls import run_cached_block as _run_block
 from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
 from horovod.common.process_sets import global_process_set, process_set_id_of
@@ -277,8 +278,8 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         output = np.empty_like(tensor)
         key = (_ALLREDUCE, name, tensor.shape, op, prescale_factor, postscale_factor, process_set_id, False)
-        if _run_cached(key, tensor, output, _ALLREDUCE, name, process_set_id, op, 0, prescale_factor,
-                       postscale_factor):
+        if _run_block(key, tensor, output) or _run_cached(key, tensor, output, _ALLREDUCE, name, process_set_id, op,
+                                                          0, prescale_factor, postscale_factor):
             return output
     desc = _describe(tensor)
     output = np.empty_like(tensor)
@@ -303,8 +304,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         key = (_ALLREDUCE, name, tensor.shape, op, prescale_factor, postscale_factor, process_set_id, True)
-        if _run_cached(key, tensor, tensor, _ALLREDUCE, name, process_set_id, op, 0, prescale_factor,
-                       postscale_factor):
+        if _run_block(key, tensor, tensor) or _run_cached(key, tensor, tensor, _ALLREDUCE, name, process_set_id, op,
+                                                          0, prescale_factor, postscale_factor):
             return tensor
     desc = _describe(tensor, written=True)
     run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set_id, op, 0,
@@ -454,7 +455,8 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         output = np.empty_like(tensor)
         key = (_BROADCAST, name, tensor.shape, root_rank, process_set_id, False)
-        if _run_cached(key, tensor, output, _BROADCAST, name, process_set_id, Sum, root_rank, 1.0, 1.0):
+        if _run_block(key, tensor, output) or _run_cached(key, tensor, output, _BROADCAST, name, process_set_id, Sum,
+                                                          root_rank, 1.0, 1.0):
             return output
     desc = _describe(tensor)
     output = np.empty_like(tensor)
@@ -473,7 +475,8 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         key = (_BROADCAST, name, tensor.shape, root_rank, process_set_id, True)
-        if _run_cached(key, tensor, tensor, _BROADCAST, name, process_set_id, Sum, root_rank, 1.0, 1.0):
+        if _run_block(key, tensor, tensor) or _run_cached(key, tensor, tensor, _BROADCAST, name, process_set_id, Sum,
+                                                          root_rank, 1.0, 1.0):
             return tensor
     desc = _describe(tensor, written=True)
     run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set_id,

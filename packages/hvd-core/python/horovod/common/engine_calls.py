@@ -449,6 +449,36 @@ def call_sync(base, keepalive, state=None):
         raise
 
 
+def run_cached_block(key, tensor, output):
+    """The steady state of a synchronous single-tensor call, in one frame:
+    this thread's argument block cached under `key` (the cache `blocks` of
+    _ThreadSync, which horovod.common.collectives fills), run by the C
+    accelerator with the data pointers of `tensor` and `output` (`tensor`
+    itself: in place). True once the operation completed; False, having done
+    nothing, when no block is cached for `key` and this dtype yet, without
+    the accelerator, while interrupted operations wait to be released, or
+    when an array offers no writable contiguous non-empty buffer: the caller's
+    general path then does it. Every frame less is measurable at 4 KiB."""
+    state = getattr(_templates, "sync", None)
+    if state is None or not _fast or _abandoned:
+        return False
+    entry = state.blocks.get(key)
+    if entry is None or entry[0] is not tensor.dtype:
+        return False
+    template = entry[1]
+    try:
+        outcome = _fast.run(template[4], state.slot_address, template[2], template[3], tensor, output)
+        if outcome is None:
+            return True
+        if outcome is False:
+            return False
+        _finish_sync(outcome, state)
+    except BaseException:
+        _abandon_in_flight(state, tensor if output is tensor else (tensor, output))
+        raise
+    return True
+
+
 def call_sync_buffers(template, tensor, output, keepalive, state):
     """call_sync for a sync_template block whose data pointers the C
     accelerator takes from the buffers of `tensor` and `output` (`tensor`
