@@ -304,19 +304,17 @@ XLA_FFI_DEFINE_HANDLER(kJoinHost, JoinImpl, HVD_JOIN_BINDING(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER(kJoinCuda, JoinOnGpu, HVD_JOIN_BINDING(HVD_CUDA_CONTEXT));
 
 #ifndef HVD_XLA_FFI_EXPORTED_HANDLERS
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "Host", kAllreduceHost);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "Host", kReducescatterHost);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "Host", kAllgatherHost);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "Host", kBroadcastHost);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "Host", kAlltoallHost);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "Host", kJoinHost);
+// Every target on one platform: PLATFORM is XLA's name, Suffix the handlers'.
+#define HVD_XLA_REGISTER(PLATFORM, Suffix)                                                        \
+  XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, PLATFORM, kAllreduce##Suffix);         \
+  XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, PLATFORM, kReducescatter##Suffix); \
+  XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, PLATFORM, kAllgather##Suffix);         \
+  XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, PLATFORM, kBroadcast##Suffix);         \
+  XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, PLATFORM, kAlltoall##Suffix);           \
+  XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, PLATFORM, kJoin##Suffix)
+HVD_XLA_REGISTER("Host", Host);
 #if HVD_TF_GPU
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllreduceTarget, "CUDA", kAllreduceCuda);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kReducescatterTarget, "CUDA", kReducescatterCuda);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAllgatherTarget, "CUDA", kAllgatherCuda);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kBroadcastTarget, "CUDA", kBroadcastCuda);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kAlltoallTarget, "CUDA", kAlltoallCuda);
-XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "CUDA", kJoinCuda);
+HVD_XLA_REGISTER("CUDA", Cuda);
 #endif
 #endif
 
@@ -324,18 +322,18 @@ XLA_FFI_REGISTER_HANDLER(ffi::GetXlaFfiApi(), kJoinTarget, "CUDA", kJoinCuda);
 }  // namespace hvd_tf
 
 #ifdef HVD_XLA_FFI_EXPORTED_HANDLERS
-#define HVD_XLA_EXPORT(SYMBOL, HANDLER) \
-  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* SYMBOL(XLA_FFI_CallFrame* frame) { return HANDLER(frame); }
-HVD_XLA_EXPORT(hvd_xla_allreduce_host, hvd_tf::kAllreduceHost)
-HVD_XLA_EXPORT(hvd_xla_allreduce_cuda, hvd_tf::kAllreduceCuda)
-HVD_XLA_EXPORT(hvd_xla_reducescatter_host, hvd_tf::kReducescatterHost)
-HVD_XLA_EXPORT(hvd_xla_reducescatter_cuda, hvd_tf::kReducescatterCuda)
-HVD_XLA_EXPORT(hvd_xla_allgather_host, hvd_tf::kAllgatherHost)
-HVD_XLA_EXPORT(hvd_xla_allgather_cuda, hvd_tf::kAllgatherCuda)
-HVD_XLA_EXPORT(hvd_xla_broadcast_host, hvd_tf::kBroadcastHost)
-HVD_XLA_EXPORT(hvd_xla_broadcast_cuda, hvd_tf::kBroadcastCuda)
-HVD_XLA_EXPORT(hvd_xla_alltoall_host, hvd_tf::kAlltoallHost)
-HVD_XLA_EXPORT(hvd_xla_alltoall_cuda, hvd_tf::kAlltoallCuda)
-HVD_XLA_EXPORT(hvd_xla_join_host, hvd_tf::kJoinHost)
-HVD_XLA_EXPORT(hvd_xla_join_cuda, hvd_tf::kJoinCuda)
+// hvd_xla_<target>_host and hvd_xla_<target>_cuda for each target.
+#define HVD_XLA_EXPORT(target, Name)                                                                          \
+  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* hvd_xla_##target##_host(XLA_FFI_CallFrame* f) { \
+    return hvd_tf::k##Name##Host(f);                                                                           \
+  }                                                                                                            \
+  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* hvd_xla_##target##_cuda(XLA_FFI_CallFrame* f) { \
+    return hvd_tf::k##Name##Cuda(f);                                                                           \
+  }
+HVD_XLA_EXPORT(allreduce, Allreduce)
+HVD_XLA_EXPORT(reducescatter, Reducescatter)
+HVD_XLA_EXPORT(allgather, Allgather)
+HVD_XLA_EXPORT(broadcast, Broadcast)
+HVD_XLA_EXPORT(alltoall, Alltoall)
+HVD_XLA_EXPORT(join, Join)
 #endif
