@@ -84,8 +84,8 @@ def every_collective_matches_the_cpu_engine(device="cuda", expect_transport=None
             # here, a scale factor up to 1.5), not of the result.
             eps = torch.finfo(cpu.dtype).eps
             order = 32 * size * size * eps if size > 2 else 0.0
-            rtol = 1e-2 if cpu.dtype in (torch.float16, torch.bfloat16) else 1e-6
-            ok = torch.allclose(g.double(), cpu.double(), rtol=rtol, atol=max(order, 1e-2 if rtol == 1e-2 else 1e-9))
+            rtol, atol = (1e-2, 1e-2) if cpu.dtype in (torch.float16, torch.bfloat16) else (1e-6, 1e-9)
+            ok = torch.allclose(g.double(), cpu.double(), rtol=rtol, atol=max(atol, order))
         else:
             ok = torch.equal(g, cpu)
         return True if ok else "differs from the CPU engine:\n%s\n%s" % (g.flatten()[:8], cpu.flatten()[:8])
