@@ -248,40 +248,32 @@ ffi::Error JoinOnGpu(void*, int32_t, ffi::ResultBufferR0<ffi::DataType::S32>, st
                      std::string_view, int32_t) {
   return ffi::Error(ffi::ErrorCode::kUnimplemented,
                     Cat(op_type, ": hvd.join() inside an XLA program on a GPU is not supported; call it "
-                                          "outside jit_compile"));
+                                 "outside jit_compile"));
 }
 
-// The attributes of each target's calls, bound after the handler's context.
-#define HVD_REDUCE_BINDING(START)                     \
-  START.RemainingArgs()                               \
-      .RemainingRets()                                \
-      .Attr<std::string_view>("op_type")              \
-      .Attr<std::string_view>("name")                 \
-      .Attr<int32_t>("reduce_op")                     \
-      .Attr<double>("prescale_factor")                \
-      .Attr<double>("postscale_factor")               \
+// The operands, results and attributes of each target's calls, bound after
+// the handler's context. Every target's calls carry op_type and name; all but
+// join take their tensors as operands and results.
+#define HVD_TENSORS_BINDING(START) \
+  START.RemainingArgs().RemainingRets().Attr<std::string_view>("op_type").Attr<std::string_view>("name")
+#define HVD_REDUCE_BINDING(START)                 \
+  HVD_TENSORS_BINDING(START)                      \
+      .Attr<int32_t>("reduce_op")                 \
+      .Attr<double>("prescale_factor")            \
+      .Attr<double>("postscale_factor")           \
       .Attr<int32_t>("process_set_id")
-#define HVD_ALLGATHER_BINDING(START) \
-  START.RemainingArgs().RemainingRets().Attr<std::string_view>("op_type").Attr<std::string_view>("name").Attr<int32_t>("process_set_id")
-#define HVD_BROADCAST_BINDING(START)                  \
-  START.RemainingArgs()                               \
-      .RemainingRets()                                \
-      .Attr<std::string_view>("op_type")              \
-      .Attr<std::string_view>("name")                 \
-      .Attr<int32_t>("root_rank")                     \
-      .Attr<int32_t>("process_set_id")
-#define HVD_ALLTOALL_BINDING(START)                   \
-  START.RemainingArgs()                               \
-      .RemainingRets()                                \
-      .Attr<std::string_view>("op_type")              \
-      .Attr<std::string_view>("name")                 \
-      .Attr<int32_t>("process_set_id")                \
-      .Attr<ffi::Span<const int64_t>>("splits")       \
+#define HVD_ALLGATHER_BINDING(START) HVD_TENSORS_BINDING(START).Attr<int32_t>("process_set_id")
+#define HVD_BROADCAST_BINDING(START) \
+  HVD_TENSORS_BINDING(START).Attr<int32_t>("root_rank").Attr<int32_t>("process_set_id")
+#define HVD_ALLTOALL_BINDING(START)               \
+  HVD_TENSORS_BINDING(START)                      \
+      .Attr<int32_t>("process_set_id")            \
+      .Attr<ffi::Span<const int64_t>>("splits")   \
       .Attr<ffi::Span<const int64_t>>("received_splits")
-#define HVD_JOIN_BINDING(START)                       \
-  START.Ret<ffi::BufferR0<ffi::DataType::S32>>()      \
-      .Attr<std::string_view>("op_type")              \
-      .Attr<std::string_view>("name")                 \
+#define HVD_JOIN_BINDING(START)                   \
+  START.Ret<ffi::BufferR0<ffi::DataType::S32>>()  \
+      .Attr<std::string_view>("op_type")          \
+      .Attr<std::string_view>("name")             \
       .Attr<int32_t>("process_set_id")
 
 // Two handlers per collective: on the host, and on a CUDA device, where XLA
