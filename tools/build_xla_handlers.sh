@@ -21,6 +21,11 @@ FFI="${XLA_FFI_INCLUDE:-$("$PY" -c 'import jax.ffi; print(jax.ffi.include_dir())
   "$PY" -c 'import tensorflow as tf; print(tf.sysconfig.get_include())')}"
 [[ -f "$FFI/xla/ffi/api/ffi.h" ]] || { echo "no xla/ffi/api/ffi.h under $FFI" >&2; exit 1; }
 mkdir -p "$OUT"
+# Only XLA's FFI headers (self-contained): TensorFlow's include folder also
+# holds its own Abseil headers, which must not shadow the Abseil linked here.
+mkdir -p "$OUT/include/xla/ffi/api"
+cp "$FFI"/xla/ffi/api/*.h "$OUT/include/xla/ffi/api/"
+FFI="$OUT/include"
 cp "$CORE" "$OUT/" 2>/dev/null || true
 g++ -shared -fPIC -O2 -std=c++17 -fvisibility=hidden -DHVD_XLA_FFI_EXPORTED_HANDLERS -DHVD_TF_GPU=1 \
   -I "$ROOT/packages/hvd-core/include" -I "$ROOT/packages/hvd-tensorflow/src" -isystem "$FFI" \
