@@ -252,11 +252,348 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
   return Py_BuildValue("(N)", PyLong_FromVoidPtr(error));
 }
 
+/* ---- The steady state of a synchronous call, looked up in C ----------------
+ *
+ * A repeated call (the same collective, name, dtype, shape, op and factors)
+ * reuses the argument block horovod.common packed for it the first time.
+ * Looking that block up in a Python dict keyed by a fresh tuple, and taking
+ * the arrays' addresses through the buffer protocol, cost more than a 4 KiB
+ * allreduce does in the engine. A sync_table is one thread's table of such
+ * blocks (engine_calls keeps one per thread, beside the thread's handle
+ * slot); run_cached() finds the block from the call's own arguments and the
+ * array's header, and remember() adds one. */
+
+/* NumPy's array object begins with these fields (PyArrayObject_fields in
+ * numpy/ndarraytypes.h). Extensions compiled against NumPy read them
+ * directly (PyArray_DATA and its siblings are inline), which makes the
+ * layout part of NumPy's ABI; bind_numpy() still checks it on probe arrays
+ * against the buffer protocol and leaves it unused if anything differs. */
+typedef struct {
+  PyObject_HEAD
+  char* data;
+  int nd;
+  Py_ssize_t* dimensions;
+  Py_ssize_t* strides;
+  PyObject* base;
+  PyObject* descr;
+  int flags;
+} numpy_array_head;
+
+#define NUMPY_C_CONTIGUOUS 0x0001
+#define NUMPY_WRITEABLE 0x0400
+#define MAX_CACHED_DIMS 8
+#define TABLE_SIZE 64 /* a power of two */
+#define TABLE_PROBES 4
+
+static PyObject* ndarray_type; /* numpy.ndarray once its layout is checked; NULL: not used */
+static PyObject* empty_like;
+
+static int head_matches_buffer(PyObject* array, PyObject* dtype, int writable_contiguous) {
+  const numpy_array_head* head = (const numpy_array_head*)array;
+  const int wanted = writable_contiguous ? NUMPY_C_CONTIGUOUS | NUMPY_WRITEABLE : 0;
+  Py_buffer view;
+  int i, same;
+  if ((PyObject*)Py_TYPE(array) != ndarray_type) return 0;
+  if (PyObject_GetBuffer(array, &view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  same = view.buf == (void*)head->data && view.ndim == head->nd && head->descr == dtype &&
+         (head->flags & (NUMPY_C_CONTIGUOUS | NUMPY_WRITEABLE)) == wanted;
+  for (i = 0; same && i < view.ndim; ++i)
+    same = view.shape[i] == head->dimensions[i] && view.strides[i] == head->strides[i];
+  PyBuffer_Release(&view);
+  return same;
+}
+
+/* bind_numpy(ndarray, empty_like, plain, plain_dtype, view, view_dtype):
+ * `plain` a writable C-contiguous array of two or more dimensions, `view` a
+ * read-only strided view. True when their heads read as the buffer protocol
+ * describes them: run_cached() is then used. */
+static PyObject* bind_numpy(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  int usable;
+  if (check_count(nargs, 6, "bind_numpy") != 0) return NULL;
+  Py_CLEAR(ndarray_type);
+  Py_CLEAR(empty_like);
+  if (!PyType_Check(args[0])) Py_RETURN_FALSE;
+  ndarray_type = Py_NewRef(args[0]);
+  usable = head_matches_buffer(args[2], args[3], 1) && head_matches_buffer(args[4], args[5], 0);
+  if (!usable) {
+    Py_CLEAR(ndarray_type);
+    Py_RETURN_FALSE;
+  }
+  empty_like = Py_NewRef(args[1]);
+  Py_RETURN_TRUE;
+}
+
+/* The head of an exact numpy.ndarray that is writable, C-contiguous and
+ * non-empty with at most MAX_CACHED_DIMS dimensions; NULL for anything else. */
+static const numpy_array_head* plain_array(PyObject* object) {
+  const numpy_array_head* head = (const numpy_array_head*)object;
+  Py_ssize_t elements = 1;
+  int i;
+  if (ndarray_type == NULL || (PyObject*)Py_TYPE(object) != ndarray_type) return NULL;
+  if ((head->flags & (NUMPY_C_CONTIGUOUS | NUMPY_WRITEABLE)) != (NUMPY_C_CONTIGUOUS | NUMPY_WRITEABLE) ||
+      head->nd > MAX_CACHED_DIMS)
+    return NULL;
+  for (i = 0; i < head->nd; ++i) elements *= head->dimensions[i];
+  return elements > 0 ? head : NULL;
+}
+
+/* What a call is looked up by, besides the array's dtype and shape. */
+typedef struct {
+  long long collective, op, root_rank, process_set_id;
+  double prescale, postscale;
+  PyObject* name; /* a str or None, borrowed */
+  int in_place;
+} call_key;
+
+typedef struct {
+  call_key key;           /* key.name: a strong reference */
+  PyObject* owner;        /* the block's memory (a ctypes buffer); NULL: a free entry */
+  PyObject* dtype;
+  char* block;
+  Py_ssize_t in_offset, out_offset;
+  Py_hash_t hash;
+  int nd;
+  Py_ssize_t dims[MAX_CACHED_DIMS];
+} table_entry;
+
+typedef struct {
+  PyObject_HEAD
+  PyObject* slot_owner;
+  void** slot;
+  PyObject* pending_output; /* an out-of-place result still being written when run_cached returned */
+  table_entry entries[TABLE_SIZE];
+} sync_table;
+
+static PyObject* sync_table_type;
+
+static void clear_entry(table_entry* entry) {
+  Py_CLEAR(entry->owner);
+  Py_CLEAR(entry->dtype);
+  Py_CLEAR(entry->key.name);
+}
+
+static void sync_table_dealloc(PyObject* self) {
+  sync_table* table = (sync_table*)self;
+  PyTypeObject* type = Py_TYPE(self);
+  int i;
+  for (i = 0; i < TABLE_SIZE; ++i) clear_entry(&table->entries[i]);
+  Py_CLEAR(table->slot_owner);
+  Py_CLEAR(table->pending_output);
+  ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+  Py_DECREF(type);
+}
+
+static PyType_Slot sync_table_slots[] = {
+    {Py_tp_dealloc, (void*)sync_table_dealloc},
+    {Py_tp_doc, (void*)"One thread's argument blocks of repeated synchronous calls."},
+    {0, NULL},
+};
+
+static PyType_Spec sync_table_spec = {
+    "_hvd_fastcall.sync_table", sizeof(sync_table), 0, Py_TPFLAGS_DEFAULT, sync_table_slots,
+};
+
+/* sync_table(slot_owner, slot_address): a table whose calls wait through
+ * the handle slot at slot_address (owned by slot_owner). */
+static PyObject* new_sync_table(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  sync_table* table;
+  void** slot;
+  if (check_count(nargs, 2, "sync_table") != 0) return NULL;
+  slot = (void**)address_arg(args[1]);
+  if (slot == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null handle slot");
+    return NULL;
+  }
+  table = (sync_table*)((allocfunc)PyType_GetSlot((PyTypeObject*)sync_table_type, Py_tp_alloc))(
+      (PyTypeObject*)sync_table_type, 0);
+  if (table == NULL) return NULL;
+  /* tp_alloc zeroed the object: every entry is free. */
+  table->slot_owner = Py_NewRef(args[0]);
+  table->slot = slot;
+  return (PyObject*)table;
+}
+
+static int exact_int(PyObject* value, long long* out) {
+  if (!PyLong_CheckExact(value)) return 0;
+  *out = PyLong_AsLongLong(value);
+  return !PyErr_Occurred();
+}
+
+static int real_number(PyObject* value, double* out) {
+  if (PyFloat_Check(value)) *out = PyFloat_AsDouble(value);
+  else if (PyLong_CheckExact(value)) *out = PyLong_AsDouble(value);
+  else return 0;
+  return !PyErr_Occurred();
+}
+
+/* Reads args (table, collective, tensor, in_place, name, op, root_rank,
+ * prescale, postscale, process_set_id) into *key. 1: readable; 0 (no error
+ * set): something the Python path has to take; -1: an error. */
+static int read_call(PyObject* const* args, sync_table** table, const numpy_array_head** array, call_key* key,
+                     Py_hash_t* hash) {
+  int i;
+  Py_hash_t h;
+  if ((PyObject*)Py_TYPE(args[0]) != sync_table_type) {
+    PyErr_SetString(PyExc_TypeError, "run_cached() needs a sync_table");
+    return -1;
+  }
+  *table = (sync_table*)args[0];
+  *array = plain_array(args[2]);
+  key->in_place = args[3] == Py_True;
+  key->name = args[4];
+  if (*array == NULL || (key->name != Py_None && !PyUnicode_CheckExact(key->name)) ||
+      !exact_int(args[1], &key->collective) || !exact_int(args[5], &key->op) ||
+      !exact_int(args[6], &key->root_rank) || !real_number(args[7], &key->prescale) ||
+      !real_number(args[8], &key->postscale) || !exact_int(args[9], &key->process_set_id)) {
+    if (PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+      PyErr_Clear();
+    }
+    return 0;
+  }
+  h = key->name == Py_None ? 0 : PyObject_Hash(key->name);
+  if (h == -1) return -1;
+  h = h * 1000003 ^ (Py_hash_t)(key->collective * 31 + key->op * 7 + key->in_place);
+  for (i = 0; i < (*array)->nd; ++i) h = h * 1000003 ^ (Py_hash_t)(*array)->dimensions[i];
+  *hash = h;
+  return 1;
+}
+
+static int same_key(const table_entry* entry, const call_key* key, const numpy_array_head* array, Py_hash_t hash) {
+  const call_key* k = &entry->key;
+  if (entry->owner == NULL || entry->hash != hash || entry->dtype != array->descr || entry->nd != array->nd ||
+      k->collective != key->collective || k->in_place != key->in_place || k->op != key->op ||
+      k->root_rank != key->root_rank || k->process_set_id != key->process_set_id ||
+      k->prescale != key->prescale || k->postscale != key->postscale ||
+      memcmp(entry->dims, array->dimensions, sizeof(Py_ssize_t) * (size_t)array->nd) != 0)
+    return 0;
+  if (k->name == key->name) return 1;
+  return k->name != Py_None && key->name != Py_None && PyUnicode_Compare(k->name, key->name) == 0;
+}
+
+/* run_cached(table, collective, tensor, in_place, name, op, root_rank,
+ * prescale, postscale, process_set_id): the call, when `table` has its
+ * block and `tensor` is a plain array (see plain_array). Returns the result
+ * (`tensor` in place, else a new array like it) once the operation has
+ * finished; None, having done nothing, when the call is not in the table;
+ * (hvd_error* as an int, result) when it failed or is still in flight (its
+ * handle in the slot; the result is then also kept as the table's
+ * pending_output until the next call, for an interrupt between here and
+ * the caller). */
+static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  sync_table* table;
+  const numpy_array_head* array;
+  const numpy_array_head* out_array;
+  call_key key;
+  Py_hash_t hash;
+  table_entry* entry = NULL;
+  PyObject* output;
+  PyObject* outcome;
+  int i, readable;
+  if (check_count(nargs, 10, "run_cached") != 0) return NULL;
+  readable = read_call(args, &table, &array, &key, &hash);
+  if (readable <= 0) return readable < 0 ? NULL : Py_NewRef(Py_None);
+  for (i = 0; i < TABLE_PROBES && entry == NULL; ++i) {
+    table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
+    if (same_key(candidate, &key, array, hash)) entry = candidate;
+  }
+  if (entry == NULL || enqueue_wait == NULL) return Py_NewRef(Py_None);
+  Py_CLEAR(table->pending_output);
+  out_array = array;
+  if (key.in_place) {
+    output = Py_NewRef(args[2]);
+  } else {
+    output = PyObject_CallFunctionObjArgs(empty_like, args[2], NULL);
+    if (output == NULL) return NULL;
+    out_array = plain_array(output);
+    if (out_array == NULL) {
+      Py_DECREF(output);
+      return Py_NewRef(Py_None);
+    }
+  }
+  store_address(entry->block, entry->in_offset, array->data);
+  if (entry->out_offset >= 0) store_address(entry->block, entry->out_offset, out_array->data);
+  outcome = enqueue_and_wait(entry->block, table->slot);
+  if (outcome == Py_None) {
+    Py_DECREF(outcome);
+    return output;
+  }
+  if (outcome == NULL) {
+    Py_DECREF(output);
+    return NULL;
+  }
+  if (!key.in_place) table->pending_output = Py_NewRef(output);
+  return Py_BuildValue("(NN)", outcome, output);
+}
+
+/* remember(table, collective, tensor, in_place, name, op, root_rank,
+ * prescale, postscale, process_set_id, owner, block, in_offset,
+ * out_offset): adds the call's block (at address `block`, kept alive by
+ * `owner`; out_offset None: the block has no output pointer) to the table,
+ * replacing an older one when its places are taken. False when the call is
+ * not one run_cached() takes. */
+static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  sync_table* table;
+  const numpy_array_head* array;
+  call_key key;
+  Py_hash_t hash;
+  table_entry* entry = NULL;
+  char* block;
+  Py_ssize_t in_offset, out_offset;
+  int i, readable;
+  if (check_count(nargs, 14, "remember") != 0) return NULL;
+  readable = read_call(args, &table, &array, &key, &hash);
+  if (readable <= 0) return readable < 0 ? NULL : Py_NewRef(Py_False);
+  block = (char*)address_arg(args[11]);
+  in_offset = PyLong_AsSsize_t(args[12]);
+  out_offset = args[13] == Py_None ? -1 : PyLong_AsSsize_t(args[13]);
+  if (PyErr_Occurred()) return NULL;
+  if (block == NULL) {
+    PyErr_SetString(PyExc_ValueError, "null argument block");
+    return NULL;
+  }
+  for (i = 0; i < TABLE_PROBES && entry == NULL; ++i) {
+    table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
+    if (candidate->owner == NULL || same_key(candidate, &key, array, hash)) entry = candidate;
+  }
+  if (entry == NULL) entry = &table->entries[hash & (TABLE_SIZE - 1)];
+  clear_entry(entry);
+  entry->key = key;
+  Py_INCREF(key.name);
+  entry->owner = Py_NewRef(args[10]);
+  entry->dtype = Py_NewRef(array->descr);
+  entry->block = block;
+  entry->in_offset = in_offset;
+  entry->out_offset = out_offset;
+  entry->hash = hash;
+  entry->nd = array->nd;
+  memcpy(entry->dims, array->dimensions, sizeof(Py_ssize_t) * (size_t)array->nd);
+  Py_RETURN_TRUE;
+}
+
+/* pending_output(table): see run_cached. */
+static PyObject* pending_output(PyObject* self, PyObject* table) {
+  if ((PyObject*)Py_TYPE(table) != sync_table_type) {
+    PyErr_SetString(PyExc_TypeError, "pending_output() needs a sync_table");
+    return NULL;
+  }
+  return Py_NewRef(((sync_table*)table)->pending_output ? ((sync_table*)table)->pending_output : Py_None);
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Takes the engine's function addresses."},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Runs a packed collective on arrays or addresses."},
     {"run_owned", (PyCFunction)(void (*)(void))run_owned, METH_FASTCALL,
      "Runs a packed collective whose result the engine allocates."},
+    {"bind_numpy", (PyCFunction)(void (*)(void))bind_numpy, METH_FASTCALL,
+     "Checks numpy's array layout and takes numpy.empty_like."},
+    {"sync_table", (PyCFunction)(void (*)(void))new_sync_table, METH_FASTCALL, "A thread's table of call blocks."},
+    {"run_cached", (PyCFunction)(void (*)(void))run_cached, METH_FASTCALL, "Runs a call from a sync_table."},
+    {"remember", (PyCFunction)(void (*)(void))remember, METH_FASTCALL, "Adds a call's block to a sync_table."},
+    {"pending_output", pending_output, METH_O, "The result a failed or unfinished run_cached left."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -265,4 +602,10 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__hvd_fastcall(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__hvd_fastcall(void) {
+  if (sync_table_type == NULL) {
+    sync_table_type = PyType_FromSpec(&sync_table_spec);
+    if (sync_table_type == NULL) return NULL;
+  }
+  return PyModule_Create(&module);
+}

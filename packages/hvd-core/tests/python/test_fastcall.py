@@ -60,3 +60,45 @@ def test_every_synchronous_call_gives_the_same_with_and_without_the_accelerator(
     assert statuses[("allreduce_", "float32.read_only")] == "error"
     assert statuses[("allreduce", "float32.read_only")] == "ok"
     assert statuses[("allreduce", "float32.strided")] == "error"
+
+
+def test_the_table_of_repeated_calls_tells_every_argument_apart():
+    # Each case runs three times in a row: the first makes the block, the
+    # other two find it in the accelerator's table (the C lookup by op,
+    # factors, shape, dtype, name, in place, root rank). A wrong match would
+    # give another case's result.
+    for outcomes in ranks.run_program_ok(2, "fastcall:table_tells_calls_apart", timeout=120):
+        for label, right, hits in outcomes:
+            assert right, (label, outcomes)
+        hits = {label: hits for label, _, hits in outcomes}
+        # An equal name in another string object finds the "sum" block at once;
+        # an ndarray subclass is left to the general path.
+        expected = {label: 2 for label in hits}
+        expected.update({"equal name, another string": 3, "subclass": 0, "200 names": 200, "input untouched": 0})
+        assert hits == expected
+
+
+def test_a_numpy_whose_array_layout_differs_is_not_read_by_header():
+    # bind_numpy checks the header fields it reads against the buffer
+    # protocol; given probes that do not match, it declines, and repeated
+    # calls go through the buffer-protocol path with the same results.
+    code = """
+import numpy as np
+from horovod.common import engine_calls
+fast = engine_calls.fastcall()
+plain, view = np.zeros((3, 5), np.float32), np.zeros((4, 6), np.int16)[::2, 1:]
+view.flags.writeable = False
+print(fast.bind_numpy(np.ndarray, np.empty_like, plain, plain.dtype, view, view.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty_like, plain, view.dtype, view, view.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty_like, view, view.dtype, plain, plain.dtype))
+import horovod.common as hvd
+hvd.init()
+x = np.arange(4, dtype=np.float32)
+print([hvd.allreduce(x, op=hvd.Sum, name="x").tolist() for _ in range(3)])
+print(engine_calls._fast.run_cached(engine_calls.thread_sync().table, 1, x, False, "x", 1, 0, 1.0, 1.0, 0))
+hvd.shutdown()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:5] == ["True", "False", "False", "[[0.0, 1.0, 2.0, 3.0]] * 3".replace(
+        "[[0.0, 1.0, 2.0, 3.0]] * 3", str([[0.0, 1.0, 2.0, 3.0]] * 3)), "None"]

@@ -26,6 +26,23 @@ def test_ctrl_c_interrupts_a_pending_allreduce_and_the_operation_still_completes
 
 
 @BOTH_CALL_PATHS
+def test_ctrl_c_interrupts_a_repeated_out_of_place_allreduce_and_its_result_array_is_kept_alive(tmp_path, fastcall):
+    # The call was made once before, so its block is cached (with the
+    # accelerator: in its C table, which allocates the result array).
+    results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
+                                   kwargs={"marker_dir": str(tmp_path), "collective": "allreduce"}, timeout=60,
+                                   env={"HVD_FASTCALL": fastcall})
+    assert results[0]["interrupted"] is True and "reduced" not in results[0]
+    assert results[0]["waited"] < 1.0, results[0]
+    # Input and output stay referenced until the operation completes.
+    assert results[0]["kept"] == [[[4], [4]]], results[0]
+    assert results[1]["reduced"] == [1.0, 3.0, 5.0, 7.0]
+    for rank, res in enumerate(results):
+        assert res["x"] == [rank + 0.0, rank + 1.0, rank + 2.0, rank + 3.0]  # the input is left as it was
+        assert res["after"] == [2.0]
+
+
+@BOTH_CALL_PATHS
 def test_ctrl_c_interrupts_a_pending_allgather_and_later_collectives_still_work(tmp_path, fastcall):
     results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
                                    kwargs={"marker_dir": str(tmp_path), "collective": "allgather"}, timeout=60,

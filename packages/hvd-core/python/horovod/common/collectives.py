@@ -16,6 +16,7 @@ from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_A
                                          call_sync_owned_buffer, free_owned, full_name, group_tensor_names,
                                          owned_address, read_owned, received_splits, result, run_sync, run_sync_owned,
                                          sync_template)
+from horovod.common.engine_calls import remember_block as _remember_block
 from horovod.common.engine_calls import run_cached_block as _run_block
 from horovod.common.engine_calls import thread_sync as _thread_sync
 from horovod.common.objects import dump_object, load_object
@@ -116,6 +117,8 @@ def _run_cached(key, tensor, output, collective, name, process_set_id, op, root_
                                 prescale_factor, postscale_factor)
     if template is None:
         return False
+    _remember_block(state, template, collective, tensor, output is tensor, name, op, root_rank, prescale_factor,
+                    postscale_factor, process_set_id)
     keepalive = tensor if output is tensor else (tensor, output)
     if call_sync_buffers(template, tensor, output, keepalive, state):
         return True
@@ -271,15 +274,18 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     """
     if op is None or average is not None:
         op = _average_compat(op, average)
+    process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    output = _run_block(_ALLREDUCE, tensor, False, name, op, 0, prescale_factor, postscale_factor, process_set_id)
+    if output is not None:
+        return output
     if _result_from_pool(tensor):
         return synchronize(_gather_like_async(c_api.ALLREDUCE, "allreduce", [tensor], name, process_set, True, op,
                                               prescale_factor, postscale_factor, caller_waits=True))
-    process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         output = np.empty_like(tensor)
         key = (_ALLREDUCE, name, tensor.shape, op, prescale_factor, postscale_factor, process_set_id, False)
-        if _run_block(key, tensor, output) or _run_cached(key, tensor, output, _ALLREDUCE, name, process_set_id, op,
-                                                          0, prescale_factor, postscale_factor):
+        if _run_cached(key, tensor, output, _ALLREDUCE, name, process_set_id, op, 0, prescale_factor,
+                       postscale_factor):
             return output
     desc = _describe(tensor)
     output = np.empty_like(tensor)
@@ -302,10 +308,12 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     if op is None or average is not None:
         op = _average_compat(op, average)
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    if _run_block(_ALLREDUCE, tensor, True, name, op, 0, prescale_factor, postscale_factor, process_set_id) is not None:
+        return tensor
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         key = (_ALLREDUCE, name, tensor.shape, op, prescale_factor, postscale_factor, process_set_id, True)
-        if _run_block(key, tensor, tensor) or _run_cached(key, tensor, tensor, _ALLREDUCE, name, process_set_id, op,
-                                                          0, prescale_factor, postscale_factor):
+        if _run_cached(key, tensor, tensor, _ALLREDUCE, name, process_set_id, op, 0, prescale_factor,
+                       postscale_factor):
             return tensor
     desc = _describe(tensor, written=True)
     run_sync(c_api.ALLREDUCE, desc, desc, full_name("allreduce", name), process_set_id, op, 0,
@@ -452,11 +460,13 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         An array of the same shape and type as `tensor`, with the value broadcasted from root rank.
     """
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    output = _run_block(_BROADCAST, tensor, False, name, Sum, root_rank, 1.0, 1.0, process_set_id)
+    if output is not None:
+        return output
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         output = np.empty_like(tensor)
         key = (_BROADCAST, name, tensor.shape, root_rank, process_set_id, False)
-        if _run_block(key, tensor, output) or _run_cached(key, tensor, output, _BROADCAST, name, process_set_id, Sum,
-                                                          root_rank, 1.0, 1.0):
+        if _run_cached(key, tensor, output, _BROADCAST, name, process_set_id, Sum, root_rank, 1.0, 1.0):
             return output
     desc = _describe(tensor)
     output = np.empty_like(tensor)
@@ -473,10 +483,11 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `tensor`, which holds root's value."""
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    if _run_block(_BROADCAST, tensor, True, name, Sum, root_rank, 1.0, 1.0, process_set_id) is not None:
+        return tensor
     if isinstance(tensor, np.ndarray) and (name is None or type(name) is str):
         key = (_BROADCAST, name, tensor.shape, root_rank, process_set_id, True)
-        if _run_block(key, tensor, tensor) or _run_cached(key, tensor, tensor, _BROADCAST, name, process_set_id, Sum,
-                                                          root_rank, 1.0, 1.0):
+        if _run_cached(key, tensor, tensor, _BROADCAST, name, process_set_id, Sum, root_rank, 1.0, 1.0):
             return tensor
     desc = _describe(tensor, written=True)
     run_sync(c_api.BROADCAST, desc, desc, full_name("broadcast", name), process_set_id,

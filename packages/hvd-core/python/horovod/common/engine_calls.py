@@ -323,7 +323,7 @@ class _ThreadSync:
     like (horovod.common.collectives keeps its call sites' argument blocks
     there)."""
 
-    __slots__ = ("slot", "slot_ref", "slot_address", "blocks", "result", "result_ref", "result_address",
+    __slots__ = ("slot", "slot_ref", "slot_address", "blocks", "table", "result", "result_ref", "result_address",
                  "result_output")
 
     def __init__(self):
@@ -331,6 +331,10 @@ class _ThreadSync:
         self.slot_ref = ctypes.byref(self.slot)
         self.slot_address = ctypes.addressof(self.slot)
         self.blocks = {}
+        # The accelerator's table of this thread's repeated calls (see
+        # run_cached_block and remember_block), or None without it.
+        fast = fastcall()
+        self.table = fast.sync_table(self.slot, self.slot_address) if fast else None
         # run_sync_owned's hvd_result, reused; result_output reads its
         # `output` as an address without building a ctypes pointer object.
         self.result = c_api.Result(struct_size=ctypes.sizeof(c_api.Result))
@@ -394,7 +398,18 @@ def _load_fastcall():
     module.bind(*[ctypes.cast(library[function], ctypes.c_void_p).value
                   for function in ("hvd_enqueue_wait", "hvd_enqueue", "hvd_handle_wait", "hvd_handle_get_result",
                                    "hvd_handle_release")], _WAIT_SLICE_SECONDS)
+    _bind_numpy(module)
     return module
+
+
+def _bind_numpy(module):
+    """Lets the accelerator read numpy arrays' headers (run_cached_block);
+    it checks the layout on these probes first and declines if it differs."""
+    import numpy as np
+    plain = np.zeros((3, 5), np.float32)
+    view = np.zeros((4, 6), np.int16)[::2, 1:]
+    view.flags.writeable = False
+    module.bind_numpy(np.ndarray, np.empty_like, plain, plain.dtype, view, view.dtype)
 
 
 def fastcall():
@@ -449,34 +464,40 @@ def call_sync(base, keepalive, state=None):
         raise
 
 
-def run_cached_block(key, tensor, output):
-    """The steady state of a synchronous single-tensor call, in one frame:
-    this thread's argument block cached under `key` (the cache `blocks` of
-    _ThreadSync, which horovod.common.collectives fills), run by the C
-    accelerator with the data pointers of `tensor` and `output` (`tensor`
-    itself: in place). True once the operation completed; False, having done
-    nothing, when no block is cached for `key` and this dtype yet, without
-    the accelerator, while interrupted operations wait to be released, or
-    when an array offers no writable contiguous non-empty buffer: the caller's
-    general path then does it. Every frame less is measurable at 4 KiB."""
+def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale_factor, postscale_factor,
+                     process_set_id):
+    """The steady state of a synchronous single-tensor call, in one frame and
+    one C call: the accelerator finds this thread's argument block for the
+    call (remember_block added it) and runs it on `tensor`, into `tensor`
+    itself when `in_place`, else into a new array like it. Returns that
+    result once the operation completed; None, having done nothing, when the
+    block is not there, `tensor` is not a plain writable contiguous non-empty
+    numpy array, without the accelerator, or while interrupted operations
+    wait to be released: the caller's general path then does it. At 4 KiB
+    every frame and dictionary lookup less is measurable."""
     state = getattr(_templates, "sync", None)
-    if state is None or not _fast or _abandoned:
-        return False
-    entry = state.blocks.get(key)
-    if entry is None or entry[0] is not tensor.dtype:
-        return False
-    template = entry[1]
+    if state is None or state.table is None or _abandoned:
+        return None
+    outcome = None
     try:
-        outcome = _fast.run(template[4], state.slot_address, template[2], template[3], tensor, output)
-        if outcome is None:
-            return True
-        if outcome is False:
-            return False
-        _finish_sync(outcome, state)
+        outcome = _fast.run_cached(state.table, collective, tensor, in_place, name, op, root_rank, prescale_factor,
+                                   postscale_factor, process_set_id)
+        if type(outcome) is tuple:
+            _finish_sync(outcome[0], state)
+            return outcome[1]
     except BaseException:
-        _abandon_in_flight(state, tensor if output is tensor else (tensor, output))
+        _abandon_in_flight(state, (tensor, _fast.pending_output(state.table)))
         raise
-    return True
+    return outcome
+
+
+def remember_block(state, template, collective, tensor, in_place, name, op, root_rank, prescale_factor,
+                   postscale_factor, process_set_id):
+    """Adds a sync_template block to this thread's accelerator table, for
+    run_cached_block to find when the same call comes again."""
+    if state.table is not None:
+        _fast.remember(state.table, collective, tensor, in_place, name, op, root_rank, prescale_factor,
+                       postscale_factor, process_set_id, template[0], template[4], template[2], template[3])
 
 
 def call_sync_buffers(template, tensor, output, keepalive, state):

@@ -4,23 +4,29 @@
 # a count of the calls that went through it.
 """Rank programs for test_fastcall.py."""
 
+import numpy as np
+
 import horovod.common as hvd
 from horovod.common import engine_calls
 from rank_programs.collectives import DTYPES, make
 
 
 class _CountingAccelerator:
-    """Stands in for the loaded module and counts the calls it runs."""
+    """Stands in for the loaded module and counts the calls it runs, and
+    the run_cached calls that found their block (did not return None)."""
 
     def __init__(self, module):
-        self.module, self.calls = module, 0
+        self.module, self.calls, self.table_hits = module, 0, 0
 
     def __getattr__(self, name):
         function = getattr(self.module, name)
 
         def counted(*args):
             self.calls += 1
-            return function(*args)
+            outcome = function(*args)
+            if name == "run_cached" and outcome is not None:
+                self.table_hits += 1
+            return outcome
         return counted
 
 
@@ -76,3 +82,55 @@ def every_call_either_way(rounds=2):
                     outcomes.append([label, tag, call, accelerated] + result)
     hvd.shutdown()
     return {"accelerator_loaded": bool(loaded), "outcomes": outcomes}
+
+
+class _Subclass(np.ndarray):
+    pass
+
+
+def table_tells_calls_apart(repeats=3):
+    """Calls that differ in one thing only (op, a factor, shape, dtype, name,
+    in place or not, root rank), each made `repeats` times in a row, so that
+    all but the first find their block in the accelerator's table. Returns,
+    per call, the result against the one numpy computes, and the table hits
+    counted over each case."""
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    engine_calls._fast = counter = _CountingAccelerator(engine_calls.fastcall())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) + rank
+    total = sum(np.arange(6, dtype=np.float64).reshape(2, 3) + r for r in range(size))
+    root1 = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+    cases = [
+        ("sum", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k"), total),
+        # Right after "sum", whose block it finds (a later case might evict it).
+        ("equal name, another string", lambda: hvd.allreduce(x, op=hvd.Sum, name="".join(["name.", "k"])), total),
+        ("average", lambda: hvd.allreduce(x, op=hvd.Average, name="name.k"), total / size),
+        ("prescale", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k", prescale_factor=2.0), 2 * total),
+        ("postscale", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k", postscale_factor=0.5), total / 2),
+        ("shape", lambda: hvd.allreduce(x.reshape(3, 2), op=hvd.Sum, name="name.k"), total.reshape(3, 2)),
+        ("dtype", lambda: hvd.allreduce(x.astype(np.float64), op=hvd.Sum, name="name.k"), total),
+        ("other name", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k2"), total),
+        ("no name", lambda: hvd.allreduce(x, op=hvd.Sum), total),
+        ("in place", lambda: hvd.allreduce_(x.copy(), op=hvd.Sum, name="name.k"), total),
+        ("broadcast root 0", lambda: hvd.broadcast(x, 0, name="name.k"), root1 - 1),
+        ("broadcast root 1", lambda: hvd.broadcast(x, 1, name="name.k"), root1),
+        ("broadcast_ root 1", lambda: hvd.broadcast_(x.copy(), 1, name="name.k"), root1),
+        ("subclass", lambda: hvd.allreduce(x.view(_Subclass), op=hvd.Sum, name="name.k"), total),
+    ]
+    outcomes = []
+    for label, call, expected in cases:
+        before = counter.table_hits
+        results = [call() for _ in range(repeats)]
+        same = all(type(r) in (np.ndarray, _Subclass) and r.dtype == expected.dtype if label == "dtype" else
+                   r.dtype == np.float32 for r in results)
+        same = same and all(r.shape == expected.shape and np.array_equal(r, expected) for r in results)
+        outcomes.append([label, bool(same), counter.table_hits - before])
+    # More distinct calls than the table has places: evicted blocks are made again.
+    before = counter.table_hits
+    right = all(np.array_equal(hvd.allreduce(x + i, op=hvd.Sum, name="n%d" % i), total + size * i)
+                for i in range(200) for _ in range(2))
+    outcomes.append(["200 names", bool(right), counter.table_hits - before])
+    # The input of an out-of-place call is left as it was.
+    outcomes.append(["input untouched", bool(np.array_equal(x, np.arange(6).reshape(2, 3) + rank)), 0])
+    hvd.shutdown()
+    return outcomes

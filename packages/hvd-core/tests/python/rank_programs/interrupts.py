@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 import horovod.common as hvd
+from horovod.common import engine_calls
 
 
 def rank_0_interrupted_in_a_collective(marker_dir, collective="allreduce_"):
@@ -22,6 +23,11 @@ def rank_0_interrupted_in_a_collective(marker_dir, collective="allreduce_"):
     if collective == "allreduce_":
         def late():
             hvd.allreduce_(x, op=hvd.Sum, name="late")
+    elif collective == "allreduce":  # out of place, made once before: its block is cached
+        hvd.allreduce(x, op=hvd.Sum, name="late")
+
+        def late():
+            out["reduced"] = hvd.allreduce(x, op=hvd.Sum, name="late").tolist()
     else:  # a result the engine allocates, through the synchronous path
         def late():
             out["gathered"] = hvd.allgather(x, name="late").tolist()
@@ -41,6 +47,10 @@ def rank_0_interrupted_in_a_collective(marker_dir, collective="allreduce_"):
         except KeyboardInterrupt:
             out["interrupted"] = True
             out["waited"] = time.monotonic() - sent[0]  # from the signal to the exception
+            # What the operation still in flight keeps alive: for an out-of-place
+            # call, the result array it writes into, which the caller never got.
+            out["kept"] = [[list(a.shape) for a in kept if isinstance(a, np.ndarray)] if isinstance(kept, tuple)
+                           else [list(kept.shape)] for kept in engine_calls._abandoned.values()]
         open(marker, "w").close()
     else:
         deadline = time.monotonic() + 30
