@@ -202,6 +202,7 @@ def worker_hvd(spec):
         if collective == "allreduce":
             buf = np.ones(size // 4, dtype=np.float32)
             name = "bench.%d" % size  # one name per size: steady state hits the response cache
+            copy_name = "bench.copy.%d" % size  # made once, as mpi4py's output buffer is
 
             def check():
                 hvd.allreduce_(buf, op=hvd.Sum, name=name)
@@ -211,7 +212,7 @@ def worker_hvd(spec):
                 buf[:] = 0
 
             return Case(check, lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name),
-                        lambda: hvd.allreduce(buf, op=hvd.Sum, name="bench.copy.%d" % size))
+                        lambda: hvd.allreduce(buf, op=hvd.Sum, name=copy_name))
         if collective == "allgather":
             count, expected = _allgather_inputs(size, rank, size_p)
             inp = np.full(count, expected[rank], dtype=np.float32)
@@ -222,16 +223,17 @@ def worker_hvd(spec):
                         lambda: hvd.allgather(inp, name=name))
         buf = np.full(size // 4, BROADCAST_VALUE if rank == BROADCAST_ROOT else 0.0, dtype=np.float32)
         name = "bench.broadcast.%d" % size
+        copy_name = name + ".copy"
 
         def check():
             hvd.broadcast_(buf, BROADCAST_ROOT, name=name)
             _check(buf, [BROADCAST_VALUE], "hvd", size, collective)
             out = hvd.broadcast(np.zeros_like(buf) if rank != BROADCAST_ROOT else buf, BROADCAST_ROOT,
-                                name=name + ".copy")
+                                name=copy_name)
             _check(out, [BROADCAST_VALUE], "hvd (out of place)", size, collective)
 
         return Case(check, lambda: hvd.broadcast_(buf, BROADCAST_ROOT, name=name),
-                    lambda: hvd.broadcast(buf, BROADCAST_ROOT, name=name + ".copy"))
+                    lambda: hvd.broadcast(buf, BROADCAST_ROOT, name=copy_name))
 
     results, copy_results = _run_cases(spec, make_case, agree_sum, size_p)
     hvd.shutdown()
