@@ -165,18 +165,10 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   return enqueue_and_wait(block, slot);
 }
 
-/* A host result of at most `limit` bytes as (bytearray of its bytes, shape
- * tuple), the engine's copy freed; NULL (no error set) for a larger or
- * device result, or when `limit` is 0: the caller takes it over as it is. */
-static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
-  const DLTensor* t = &managed->dl_tensor;
-  PyObject *data, *shape, *pair;
-  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
+/* The shape of `t` as a tuple of ints. */
+static PyObject* shape_tuple(const DLTensor* t) {
+  PyObject* shape = PyTuple_New(t->ndim);
   int i;
-  if (limit <= 0 || t->device.device_type != kDLCPU) return NULL;
-  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
-  if (bytes > limit) return NULL;
-  shape = PyTuple_New(t->ndim);
   if (shape == NULL) return NULL;
   for (i = 0; i < t->ndim; ++i) {
     PyObject* extent = PyLong_FromLongLong((long long)t->shape[i]);
@@ -186,6 +178,29 @@ static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
     }
     PyTuple_SetItem(shape, i, extent);
   }
+  return shape;
+}
+
+/* The byte size of a host result of at most `limit` bytes; -1 for a larger
+ * or device result, or when `limit` is 0. */
+static Py_ssize_t small_host_bytes(const DLTensor* t, Py_ssize_t limit) {
+  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
+  int i;
+  if (limit <= 0 || t->device.device_type != kDLCPU) return -1;
+  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
+  return bytes > limit ? -1 : bytes;
+}
+
+/* A host result of at most `limit` bytes as (bytearray of its bytes, shape
+ * tuple), the engine's copy freed; NULL (no error set) for a larger or
+ * device result, or when `limit` is 0: the caller takes it over as it is. */
+static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
+  const DLTensor* t = &managed->dl_tensor;
+  PyObject *data, *shape, *pair;
+  const Py_ssize_t bytes = small_host_bytes(t, limit);
+  if (bytes < 0) return NULL;
+  shape = shape_tuple(t);
+  if (shape == NULL) return NULL;
   data = PyByteArray_FromStringAndSize((const char*)t->data + t->byte_offset, bytes);
   if (data == NULL) {
     Py_DECREF(shape);
@@ -196,6 +211,28 @@ static PyObject* copied_result(DLManagedTensor* managed, Py_ssize_t limit) {
   Py_DECREF(shape);
   if (pair != NULL && managed->deleter != NULL) managed->deleter(managed);
   return pair;
+}
+
+/* Enqueues `block` and waits one slice for it, without the GIL; when it
+ * finished, takes its result into *result and releases the handle. Returns
+ * the hvd_error* (NULL: none), with the handle still in *slot when enqueue
+ * succeeded and the wait did not. */
+static void* enqueue_wait_owned(char* block, void** slot, result_head* result) {
+  void* error;
+  Py_BEGIN_ALLOW_THREADS
+  *slot = NULL;
+  error = enqueue(block, slot);
+  if (error == NULL) {
+    error = handle_wait(*slot, wait_slice_seconds);
+    if (error == NULL) {
+      result->tensor_index = 0;
+      error = get_result(*slot, result);
+      handle_release(*slot);
+      *slot = NULL;
+    }
+  }
+  Py_END_ALLOW_THREADS
+  return error;
 }
 
 /* run_owned(block, slot, in_offset, tensor, result, copy_limit): a
@@ -230,19 +267,7 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (found < 0) return NULL;
   if (found == 0) Py_RETURN_FALSE;
   store_address(block, in_offset, in_data);
-  Py_BEGIN_ALLOW_THREADS
-  *slot = NULL;
-  error = enqueue(block, slot);
-  if (error == NULL) {
-    error = handle_wait(*slot, wait_slice_seconds);
-    if (error == NULL) {
-      result->tensor_index = 0;
-      error = get_result(*slot, result);
-      handle_release(*slot);
-      *slot = NULL;
-    }
-  }
-  Py_END_ALLOW_THREADS
+  error = enqueue_wait_owned(block, slot, result);
   if (error == NULL && result->output != NULL) {
     DLManagedTensor* managed = result->output;
     PyObject* copied = copied_result(managed, copy_limit);
@@ -287,6 +312,7 @@ typedef struct {
 
 static PyObject* ndarray_type; /* numpy.ndarray once its layout is checked; NULL: not used */
 static PyObject* empty_like;
+static PyObject* empty;
 
 static int head_matches_buffer(PyObject* array, PyObject* dtype, int writable_contiguous) {
   const numpy_array_head* head = (const numpy_array_head*)array;
@@ -306,23 +332,25 @@ static int head_matches_buffer(PyObject* array, PyObject* dtype, int writable_co
   return same;
 }
 
-/* bind_numpy(ndarray, empty_like, plain, plain_dtype, view, view_dtype):
- * `plain` a writable C-contiguous array of two or more dimensions, `view` a
- * read-only strided view. True when their heads read as the buffer protocol
- * describes them: run_cached() is then used. */
+/* bind_numpy(ndarray, empty_like, empty, plain, plain_dtype, view,
+ * view_dtype): `plain` a writable C-contiguous array of two or more
+ * dimensions, `view` a read-only strided view. True when their heads read
+ * as the buffer protocol describes them: run_cached() is then used. */
 static PyObject* bind_numpy(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   int usable;
-  if (check_count(nargs, 6, "bind_numpy") != 0) return NULL;
+  if (check_count(nargs, 7, "bind_numpy") != 0) return NULL;
   Py_CLEAR(ndarray_type);
   Py_CLEAR(empty_like);
+  Py_CLEAR(empty);
   if (!PyType_Check(args[0])) Py_RETURN_FALSE;
   ndarray_type = Py_NewRef(args[0]);
-  usable = head_matches_buffer(args[2], args[3], 1) && head_matches_buffer(args[4], args[5], 0);
+  usable = head_matches_buffer(args[3], args[4], 1) && head_matches_buffer(args[5], args[6], 0);
   if (!usable) {
     Py_CLEAR(ndarray_type);
     Py_RETURN_FALSE;
   }
   empty_like = Py_NewRef(args[1]);
+  empty = Py_NewRef(args[2]);
   Py_RETURN_TRUE;
 }
 
@@ -363,6 +391,9 @@ typedef struct {
   PyObject_HEAD
   PyObject* slot_owner;
   void** slot;
+  PyObject* result_owner;
+  result_head* result;      /* where an engine-allocated result is taken */
+  Py_ssize_t copy_limit;    /* such a result of at most this many bytes comes back copied */
   PyObject* pending_output; /* an out-of-place result still being written when run_cached returned */
   table_entry entries[TABLE_SIZE];
 } sync_table;
@@ -381,6 +412,7 @@ static void sync_table_dealloc(PyObject* self) {
   int i;
   for (i = 0; i < TABLE_SIZE; ++i) clear_entry(&table->entries[i]);
   Py_CLEAR(table->slot_owner);
+  Py_CLEAR(table->result_owner);
   Py_CLEAR(table->pending_output);
   ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
   Py_DECREF(type);
@@ -396,15 +428,22 @@ static PyType_Spec sync_table_spec = {
     "_hvd_fastcall.sync_table", sizeof(sync_table), 0, Py_TPFLAGS_DEFAULT, sync_table_slots,
 };
 
-/* sync_table(slot_owner, slot_address): a table whose calls wait through
- * the handle slot at slot_address (owned by slot_owner). */
+/* sync_table(slot_owner, slot_address, result_owner, result_address,
+ * copy_limit): a table whose calls wait through the handle slot at
+ * slot_address and take engine-allocated results into the hvd_result at
+ * result_address (kept alive by the owners); see run_cached for copy_limit. */
 static PyObject* new_sync_table(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   sync_table* table;
   void** slot;
-  if (check_count(nargs, 2, "sync_table") != 0) return NULL;
+  result_head* result;
+  Py_ssize_t copy_limit;
+  if (check_count(nargs, 5, "sync_table") != 0) return NULL;
   slot = (void**)address_arg(args[1]);
-  if (slot == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null handle slot");
+  result = (result_head*)address_arg(args[3]);
+  copy_limit = PyLong_AsSsize_t(args[4]);
+  if (PyErr_Occurred()) return NULL;
+  if (slot == NULL || result == NULL) {
+    PyErr_SetString(PyExc_ValueError, "null handle slot or hvd_result");
     return NULL;
   }
   table = (sync_table*)((allocfunc)PyType_GetSlot((PyTypeObject*)sync_table_type, Py_tp_alloc))(
@@ -413,6 +452,9 @@ static PyObject* new_sync_table(PyObject* self, PyObject* const* args, Py_ssize_
   /* tp_alloc zeroed the object: every entry is free. */
   table->slot_owner = Py_NewRef(args[0]);
   table->slot = slot;
+  table->result_owner = Py_NewRef(args[2]);
+  table->result = result;
+  table->copy_limit = copy_limit;
   return (PyObject*)table;
 }
 
@@ -474,6 +516,33 @@ static int same_key(const table_entry* entry, const call_key* key, const numpy_a
   return k->name != Py_None && key->name != Py_None && PyUnicode_Compare(k->name, key->name) == 0;
 }
 
+/* A table call whose result the engine allocates (allgather,
+ * reducescatter: blocks without an output pointer); see run_cached. */
+static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, const numpy_array_head* array) {
+  void* error;
+  DLManagedTensor* managed;
+  Py_ssize_t bytes;
+  PyObject *shape, *out;
+  store_address(entry->block, entry->in_offset, array->data);
+  error = enqueue_wait_owned(entry->block, table->slot, table->result);
+  managed = table->result->output;
+  if (error != NULL || managed == NULL) return Py_BuildValue("(N)", PyLong_FromVoidPtr(error));
+  bytes = small_host_bytes(&managed->dl_tensor, table->copy_limit);
+  if (bytes < 0) return PyLong_FromVoidPtr(managed);
+  shape = shape_tuple(&managed->dl_tensor);
+  out = shape == NULL ? NULL : PyObject_CallFunctionObjArgs(empty, shape, entry->dtype, NULL);
+  Py_XDECREF(shape);
+  if (out != NULL && (PyObject*)Py_TYPE(out) != ndarray_type) {
+    Py_DECREF(out);
+    return PyLong_FromVoidPtr(managed); /* the caller takes it over */
+  }
+  if (out != NULL && bytes > 0)
+    memcpy(((numpy_array_head*)out)->data, (const char*)managed->dl_tensor.data + managed->dl_tensor.byte_offset,
+           (size_t)bytes);
+  if (managed->deleter != NULL) managed->deleter(managed);
+  return out;
+}
+
 /* run_cached(table, collective, tensor, in_place, name, op, root_rank,
  * prescale, postscale, process_set_id): the call, when `table` has its
  * block and `tensor` is a plain array (see plain_array). Returns the result
@@ -482,7 +551,11 @@ static int same_key(const table_entry* entry, const call_key* key, const numpy_a
  * (hvd_error* as an int, result) when it failed or is still in flight (its
  * handle in the slot; the result is then also kept as the table's
  * pending_output until the next call, for an interrupt between here and
- * the caller). */
+ * the caller). A call whose result the engine allocates returns it as a
+ * new array when it is a host result of at most the table's copy_limit
+ * bytes (the engine's freed), else as its DLManagedTensor address (the
+ * caller owns it), or a 1-tuple holding the hvd_error* (0: none) when it
+ * failed or is still in flight, for the caller to finish. */
 static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   sync_table* table;
   const numpy_array_head* array;
@@ -502,6 +575,7 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
   }
   if (entry == NULL || enqueue_wait == NULL) return Py_NewRef(Py_None);
   Py_CLEAR(table->pending_output);
+  if (entry->out_offset < 0) return run_owned_entry(table, entry, array);
   out_array = array;
   if (key.in_place) {
     output = Py_NewRef(args[2]);

@@ -72,7 +72,9 @@ def test_the_table_of_repeated_calls_tells_every_argument_apart():
             assert right, (label, outcomes)
         hits = {label: hits for label, _, hits in outcomes}
         # An equal name in another string object finds the "sum" block at once;
-        # an ndarray subclass is left to the general path.
+        # an ndarray subclass is left to the general path. Allgather and
+        # reducescatter results come back as arrays made in C up to 16 KiB,
+        # as the engine's memory above that.
         expected = {label: 2 for label in hits}
         expected.update({"equal name, another string": 3, "subclass": 0, "200 names": 200, "input untouched": 0})
         assert hits == expected
@@ -88,9 +90,9 @@ from horovod.common import engine_calls
 fast = engine_calls.fastcall()
 plain, view = np.zeros((3, 5), np.float32), np.zeros((4, 6), np.int16)[::2, 1:]
 view.flags.writeable = False
-print(fast.bind_numpy(np.ndarray, np.empty_like, plain, plain.dtype, view, view.dtype))
-print(fast.bind_numpy(np.ndarray, np.empty_like, plain, view.dtype, view, view.dtype))
-print(fast.bind_numpy(np.ndarray, np.empty_like, view, view.dtype, plain, plain.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty_like, np.empty, plain, plain.dtype, view, view.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty_like, np.empty, plain, view.dtype, view, view.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty_like, np.empty, view, view.dtype, plain, plain.dtype))
 import horovod.common as hvd
 hvd.init()
 x = np.arange(4, dtype=np.float32)
@@ -100,5 +102,4 @@ hvd.shutdown()
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:5] == ["True", "False", "False", "[[0.0, 1.0, 2.0, 3.0]] * 3".replace(
-        "[[0.0, 1.0, 2.0, 3.0]] * 3", str([[0.0, 1.0, 2.0, 3.0]] * 3)), "None"]
+    assert out.stdout.split("\n")[:5] == ["True", "False", "False", str([[0.0, 1.0, 2.0, 3.0]] * 3), "None"]

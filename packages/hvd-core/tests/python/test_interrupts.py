@@ -30,8 +30,8 @@ def test_ctrl_c_interrupts_a_repeated_out_of_place_allreduce_and_its_result_arra
     # The call was made once before, so its block is cached (with the
     # accelerator: in its C table, which allocates the result array).
     results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
-                                   kwargs={"marker_dir": str(tmp_path), "collective": "allreduce"}, timeout=60,
-                                   env={"HVD_FASTCALL": fastcall})
+                                   kwargs={"marker_dir": str(tmp_path), "collective": "allreduce", "warm_up": True},
+                                   timeout=60, env={"HVD_FASTCALL": fastcall})
     assert results[0]["interrupted"] is True and "reduced" not in results[0]
     assert results[0]["waited"] < 1.0, results[0]
     # Input and output stay referenced until the operation completes.
@@ -43,10 +43,11 @@ def test_ctrl_c_interrupts_a_repeated_out_of_place_allreduce_and_its_result_arra
 
 
 @BOTH_CALL_PATHS
-def test_ctrl_c_interrupts_a_pending_allgather_and_later_collectives_still_work(tmp_path, fastcall):
+@pytest.mark.parametrize("warm_up", [False, True], ids=["first call", "repeated call"])
+def test_ctrl_c_interrupts_a_pending_allgather_and_later_collectives_still_work(tmp_path, fastcall, warm_up):
     results = ranks.run_program_ok(2, "interrupts:rank_0_interrupted_in_a_collective",
-                                   kwargs={"marker_dir": str(tmp_path), "collective": "allgather"}, timeout=60,
-                                   env={"HVD_FASTCALL": fastcall})
+                                   kwargs={"marker_dir": str(tmp_path), "collective": "allgather",
+                                           "warm_up": warm_up}, timeout=60, env={"HVD_FASTCALL": fastcall})
     assert results[0]["interrupted"] is True and "gathered" not in results[0]
     assert results[0]["waited"] < 1.0, results[0]
     assert results[1]["gathered"] == [0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0]

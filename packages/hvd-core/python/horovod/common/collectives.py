@@ -405,10 +405,17 @@ def _owned_result_now(collective, tensor, name, process_set, reduce_op=Sum, pres
     allocates (allgather, reducescatter), without an integer handle; its
     argument block comes from the per-thread cache as allreduce's does."""
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
+    managed = _run_block(collective, tensor, False, name, reduce_op, 0, prescale_factor, postscale_factor,
+                         process_set_id)
+    if managed is not None:
+        return managed if type(managed) is np.ndarray else _owned_to_numpy(managed, tensor.dtype)
     state = _thread_sync()
     key = (collective, name, tensor.shape, reduce_op, prescale_factor, postscale_factor, process_set_id)
     template = _cached_template(state, key, tensor, None, collective, name, process_set_id, reduce_op, 0,
                                 prescale_factor, postscale_factor)
+    if template is not None:
+        _remember_block(state, template, collective, tensor, False, name, reduce_op, 0, prescale_factor,
+                        postscale_factor, process_set_id)
     managed = None if template is None else call_sync_owned_buffer(template, tensor, tensor, state,
                                                                    COPIED_RESULT_BYTES)
     if type(managed) is tuple:  # a small result, copied by the accelerator

@@ -331,16 +331,17 @@ class _ThreadSync:
         self.slot_ref = ctypes.byref(self.slot)
         self.slot_address = ctypes.addressof(self.slot)
         self.blocks = {}
-        # The accelerator's table of this thread's repeated calls (see
-        # run_cached_block and remember_block), or None without it.
-        fast = fastcall()
-        self.table = fast.sync_table(self.slot, self.slot_address) if fast else None
         # run_sync_owned's hvd_result, reused; result_output reads its
         # `output` as an address without building a ctypes pointer object.
         self.result = c_api.Result(struct_size=ctypes.sizeof(c_api.Result))
         self.result_ref = ctypes.byref(self.result)
         self.result_address = ctypes.addressof(self.result)
         self.result_output = ctypes.c_void_p.from_buffer(self.result, c_api.Result.output.offset)
+        # The accelerator's table of this thread's repeated calls (see
+        # run_cached_block and remember_block), or None without it.
+        fast = fastcall()
+        self.table = fast.sync_table(self.slot, self.slot_address, self.result, self.result_address,
+                                     COPIED_RESULT_BYTES) if fast else None
 
 
 def thread_sync():
@@ -409,7 +410,7 @@ def _bind_numpy(module):
     plain = np.zeros((3, 5), np.float32)
     view = np.zeros((4, 6), np.int16)[::2, 1:]
     view.flags.writeable = False
-    module.bind_numpy(np.ndarray, np.empty_like, plain, plain.dtype, view, view.dtype)
+    module.bind_numpy(np.ndarray, np.empty_like, np.empty, plain, plain.dtype, view, view.dtype)
 
 
 def fastcall():
@@ -470,11 +471,14 @@ def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale
     one C call: the accelerator finds this thread's argument block for the
     call (remember_block added it) and runs it on `tensor`, into `tensor`
     itself when `in_place`, else into a new array like it. Returns that
-    result once the operation completed; None, having done nothing, when the
-    block is not there, `tensor` is not a plain writable contiguous non-empty
-    numpy array, without the accelerator, or while interrupted operations
-    wait to be released: the caller's general path then does it. At 4 KiB
-    every frame and dictionary lookup less is measurable."""
+    result once the operation completed (for a result the engine allocates,
+    allgather and reducescatter: a new array when it is at most
+    COPIED_RESULT_BYTES, else its DLManagedTensor address, now the caller's);
+    None, having done nothing, when the block is not there, `tensor` is not
+    a plain writable contiguous non-empty numpy array, without the
+    accelerator, or while interrupted operations wait to be released: the
+    caller's general path then does it. At 4 KiB every frame and dictionary
+    lookup less is measurable."""
     state = getattr(_templates, "sync", None)
     if state is None or state.table is None or _abandoned:
         return None
@@ -483,6 +487,8 @@ def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale
         outcome = _fast.run_cached(state.table, collective, tensor, in_place, name, op, root_rank, prescale_factor,
                                    postscale_factor, process_set_id)
         if type(outcome) is tuple:
+            if len(outcome) == 1:  # an engine-allocated result, failed or not finished yet
+                return _finish_owned(outcome[0], state, tensor)
             _finish_sync(outcome[0], state)
             return outcome[1]
     except BaseException:

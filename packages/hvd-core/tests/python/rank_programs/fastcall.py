@@ -98,8 +98,12 @@ def table_tells_calls_apart(repeats=3):
     rank, size = hvd.rank(), hvd.size()
     engine_calls._fast = counter = _CountingAccelerator(engine_calls.fastcall())
     x = np.arange(6, dtype=np.float32).reshape(2, 3) + rank
-    total = sum(np.arange(6, dtype=np.float64).reshape(2, 3) + r for r in range(size))
+    total = sum(np.arange(6, dtype=np.float64).reshape(2, 3) + r for r in range(size)).astype(np.float32)
     root1 = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+    rows = np.full((rank + 1, 2), rank, np.float32)
+    gathered = np.concatenate([np.full((r + 1, 2), r, np.float32) for r in range(size)])
+    big = np.full((1024 * (rank + 1), 4), rank, np.float32)  # 16-32 KiB per rank
+    big_gathered = np.concatenate([np.full((1024 * (r + 1), 4), r, np.float32) for r in range(size)])
     cases = [
         ("sum", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k"), total),
         # Right after "sum", whose block it finds (a later case might evict it).
@@ -108,7 +112,7 @@ def table_tells_calls_apart(repeats=3):
         ("prescale", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k", prescale_factor=2.0), 2 * total),
         ("postscale", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k", postscale_factor=0.5), total / 2),
         ("shape", lambda: hvd.allreduce(x.reshape(3, 2), op=hvd.Sum, name="name.k"), total.reshape(3, 2)),
-        ("dtype", lambda: hvd.allreduce(x.astype(np.float64), op=hvd.Sum, name="name.k"), total),
+        ("dtype", lambda: hvd.allreduce(x.astype(np.float64), op=hvd.Sum, name="name.k"), total.astype(np.float64)),
         ("other name", lambda: hvd.allreduce(x, op=hvd.Sum, name="name.k2"), total),
         ("no name", lambda: hvd.allreduce(x, op=hvd.Sum), total),
         ("in place", lambda: hvd.allreduce_(x.copy(), op=hvd.Sum, name="name.k"), total),
@@ -116,14 +120,21 @@ def table_tells_calls_apart(repeats=3):
         ("broadcast root 1", lambda: hvd.broadcast(x, 1, name="name.k"), root1),
         ("broadcast_ root 1", lambda: hvd.broadcast_(x.copy(), 1, name="name.k"), root1),
         ("subclass", lambda: hvd.allreduce(x.view(_Subclass), op=hvd.Sum, name="name.k"), total),
+        # Rank r gives r + 1 rows: the result's shape comes from the engine.
+        ("allgather", lambda: hvd.allgather(rows, name="name.k"), gathered),
+        ("allgather, another dtype", lambda: hvd.allgather(rows.astype(np.int64), name="name.k"),
+         gathered.astype(np.int64)),
+        ("allgather above the copy limit", lambda: hvd.allgather(big, name="name.k"), big_gathered),
+        ("reducescatter", lambda: hvd.reducescatter(x, op=hvd.Sum, name="name.k"), np.array_split(total, size)[rank]),
+        ("reducescatter average", lambda: hvd.reducescatter(x, op=hvd.Average, name="name.k"),
+         np.array_split(total, size)[rank] / size),
     ]
     outcomes = []
     for label, call, expected in cases:
         before = counter.table_hits
         results = [call() for _ in range(repeats)]
-        same = all(type(r) in (np.ndarray, _Subclass) and r.dtype == expected.dtype if label == "dtype" else
-                   r.dtype == np.float32 for r in results)
-        same = same and all(r.shape == expected.shape and np.array_equal(r, expected) for r in results)
+        same = all(type(r) in (np.ndarray, _Subclass) and r.dtype == expected.dtype and r.shape == expected.shape
+                   and r.flags.writeable and np.array_equal(r, expected) for r in results)
         outcomes.append([label, bool(same), counter.table_hits - before])
     # More distinct calls than the table has places: evicted blocks are made again.
     before = counter.table_hits
