@@ -272,8 +272,10 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     Returns:
         An array of the same shape and type as `tensor`, reduced across all processes.
     """
-    if op is None or average is not None:
+    if average is not None:
         op = _average_compat(op, average)
+    elif op is None:  # the default, without a call
+        op = Average
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     output = _run_block(_ALLREDUCE, tensor, False, name, op, 0, prescale_factor, postscale_factor, process_set_id)
     if output is not None:
@@ -305,8 +307,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce; returns `tensor`, which holds the result."""
-    if op is None or average is not None:
+    if average is not None:
         op = _average_compat(op, average)
+    elif op is None:  # the default, without a call
+        op = Average
     process_set_id = 0 if process_set is global_process_set else process_set_id_of(process_set)
     if _run_block(_ALLREDUCE, tensor, True, name, op, 0, prescale_factor, postscale_factor, process_set_id) is not None:
         return tensor
