@@ -311,8 +311,7 @@ typedef struct {
 #define TABLE_PROBES 4
 
 static PyObject* ndarray_type; /* numpy.ndarray once its layout is checked; NULL: not used */
-static PyObject* empty_like;
-static PyObject* empty;
+static PyObject* empty;        /* numpy.empty */
 
 static int head_matches_buffer(PyObject* array, PyObject* dtype, int writable_contiguous) {
   const numpy_array_head* head = (const numpy_array_head*)array;
@@ -332,25 +331,23 @@ static int head_matches_buffer(PyObject* array, PyObject* dtype, int writable_co
   return same;
 }
 
-/* bind_numpy(ndarray, empty_like, empty, plain, plain_dtype, view,
- * view_dtype): `plain` a writable C-contiguous array of two or more
- * dimensions, `view` a read-only strided view. True when their heads read
- * as the buffer protocol describes them: run_cached() is then used. */
+/* bind_numpy(ndarray, empty, plain, plain_dtype, view, view_dtype):
+ * `plain` a writable C-contiguous array of two or more dimensions, `view` a
+ * read-only strided view. True when their heads read as the buffer protocol
+ * describes them: run_cached() is then used. */
 static PyObject* bind_numpy(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   int usable;
-  if (check_count(nargs, 7, "bind_numpy") != 0) return NULL;
+  if (check_count(nargs, 6, "bind_numpy") != 0) return NULL;
   Py_CLEAR(ndarray_type);
-  Py_CLEAR(empty_like);
   Py_CLEAR(empty);
   if (!PyType_Check(args[0])) Py_RETURN_FALSE;
   ndarray_type = Py_NewRef(args[0]);
-  usable = head_matches_buffer(args[3], args[4], 1) && head_matches_buffer(args[5], args[6], 0);
+  usable = head_matches_buffer(args[2], args[3], 1) && head_matches_buffer(args[4], args[5], 0);
   if (!usable) {
     Py_CLEAR(ndarray_type);
     Py_RETURN_FALSE;
   }
-  empty_like = Py_NewRef(args[1]);
-  empty = Py_NewRef(args[2]);
+  empty = Py_NewRef(args[1]);
   Py_RETURN_TRUE;
 }
 
@@ -380,6 +377,7 @@ typedef struct {
   call_key key;           /* key.name: a strong reference */
   PyObject* owner;        /* the block's memory (a ctypes buffer); NULL: a free entry */
   PyObject* dtype;
+  PyObject* shape;        /* the array's shape as a tuple: a new output is numpy.empty(shape, dtype) */
   char* block;
   Py_ssize_t in_offset, out_offset;
   Py_hash_t hash;
@@ -403,6 +401,7 @@ static PyObject* sync_table_type;
 static void clear_entry(table_entry* entry) {
   Py_CLEAR(entry->owner);
   Py_CLEAR(entry->dtype);
+  Py_CLEAR(entry->shape);
   Py_CLEAR(entry->key.name);
 }
 
@@ -580,7 +579,7 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (key.in_place) {
     output = Py_NewRef(args[2]);
   } else {
-    output = PyObject_CallFunctionObjArgs(empty_like, args[2], NULL);
+    output = PyObject_CallFunctionObjArgs(empty, entry->shape, entry->dtype, NULL);
     if (output == NULL) return NULL;
     out_array = plain_array(output);
     if (out_array == NULL) {
@@ -639,6 +638,19 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
   Py_INCREF(key.name);
   entry->owner = Py_NewRef(args[10]);
   entry->dtype = Py_NewRef(array->descr);
+  entry->shape = PyTuple_New(array->nd);
+  if (entry->shape == NULL) {
+    clear_entry(entry);
+    return NULL;
+  }
+  for (i = 0; i < array->nd; ++i) {
+    PyObject* extent = PyLong_FromSsize_t(array->dimensions[i]);
+    if (extent == NULL) {
+      clear_entry(entry);
+      return NULL;
+    }
+    PyTuple_SetItem(entry->shape, i, extent);
+  }
   entry->block = block;
   entry->in_offset = in_offset;
   entry->out_offset = out_offset;
@@ -663,7 +675,7 @@ static PyMethodDef methods[] = {
     {"run_owned", (PyCFunction)(void (*)(void))run_owned, METH_FASTCALL,
      "Runs a packed collective whose result the engine allocates."},
     {"bind_numpy", (PyCFunction)(void (*)(void))bind_numpy, METH_FASTCALL,
-     "Checks numpy's array layout and takes numpy.empty_like."},
+     "Checks numpy's array layout and takes numpy.empty."},
     {"sync_table", (PyCFunction)(void (*)(void))new_sync_table, METH_FASTCALL, "A thread's table of call blocks."},
     {"run_cached", (PyCFunction)(void (*)(void))run_cached, METH_FASTCALL, "Runs a call from a sync_table."},
     {"remember", (PyCFunction)(void (*)(void))remember, METH_FASTCALL, "Adds a call's block to a sync_table."},

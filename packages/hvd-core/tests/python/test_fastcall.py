@@ -90,9 +90,9 @@ from horovod.common import engine_calls
 fast = engine_calls.fastcall()
 plain, view = np.zeros((3, 5), np.float32), np.zeros((4, 6), np.int16)[::2, 1:]
 view.flags.writeable = False
-print(fast.bind_numpy(np.ndarray, np.empty_like, np.empty, plain, plain.dtype, view, view.dtype))
-print(fast.bind_numpy(np.ndarray, np.empty_like, np.empty, plain, view.dtype, view, view.dtype))
-print(fast.bind_numpy(np.ndarray, np.empty_like, np.empty, view, view.dtype, plain, plain.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty, plain, plain.dtype, view, view.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty, plain, view.dtype, view, view.dtype))
+print(fast.bind_numpy(np.ndarray, np.empty, view, view.dtype, plain, plain.dtype))
 import horovod.common as hvd
 hvd.init()
 x = np.arange(4, dtype=np.float32)

@@ -410,7 +410,7 @@ def _bind_numpy(module):
     plain = np.zeros((3, 5), np.float32)
     view = np.zeros((4, 6), np.int16)[::2, 1:]
     view.flags.writeable = False
-    module.bind_numpy(np.ndarray, np.empty_like, np.empty, plain, plain.dtype, view, view.dtype)
+    module.bind_numpy(np.ndarray, np.empty, plain, plain.dtype, view, view.dtype)
 
 
 def fastcall():
