@@ -434,7 +434,7 @@ HVD_TEST(shm_large_broadcast_single_copy_and_slots_give_the_root_bytes) {
   ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
-// Allreduces of 2 MiB up to 32 MiB among spinning members on shm are a
+// Allreduces of 2 MiB up to 8 MiB among spinning members on shm are a
 // reduce-scatter and an allgather that read the other members' buffers out
 // of their processes (spinning forced, so that P=3 takes that path on 2
 // CPUs too); with

@@ -34,7 +34,7 @@ def test_allreduce_applies_scale_factors_in_place_and_async(np_, path):
         assert all(res.values()), res
 
 
-# Host allreduces of 2 MiB up to 32 MiB among ranks that spin go through the
+# Host allreduces of 2 MiB up to 8 MiB among ranks that spin go through the
 # shm transport's single-copy reduce-scatter + allgather (spinning forced, so
 # that P=3 takes that path on 2 CPUs too), or its slots when a rank may not
 # read the others' memory ("deny-for-tests": the first such call

@@ -96,10 +96,14 @@ constexpr size_t kSingleCopyBroadcastMinBytes = 4 * 1024 * 1024;
 // 0.17 / 0.23 ms, 2 MiB 0.37 / 0.34, 4 MiB 0.74 / 0.62, 16 MiB 3.0 / 2.5,
 // 32 MiB 6.1 / 6.4, 64 MiB 14.2 / 17.0 ms (from 32 MiB the single copy's
 // extra trip to memory, reading the reduced shares back, costs more than
-// the barriers it saves). Members that outnumber the CPUs keep to the slots:
-// there the slots are 1 MiB and the single copy gained nothing at P=4.
+// the barriers it saves). On the AMD EPYC VM the benchmarks now run on, the
+// slots win from 8 MiB (allreduce_benchmark, three alternated rounds,
+// HVD_SHM_SINGLE_COPY=1 / =0, medians: 2 MiB 0.24 / 0.22 ms, 4 MiB 0.40 /
+// 0.43, 8 MiB 1.17 / 0.96, 16 MiB 2.9 / 2.15), so the window ends there.
+// Members that outnumber the CPUs keep to the slots: there the slots are
+// 1 MiB and the single copy gained nothing at P=4.
 constexpr size_t kSingleCopyAllreduceMinBytes = 2 * 1024 * 1024;
-constexpr size_t kSingleCopyAllreduceMaxBytes = 32 * 1024 * 1024;
+constexpr size_t kSingleCopyAllreduceMaxBytes = 8 * 1024 * 1024;
 // What allreduce_single_copy reduces at a time: each other member's part of
 // it is read into scratch that stays in the L2 cache for the reduction.
 constexpr size_t kSingleCopyReduceChunkBytes = 256 * 1024;
