@@ -503,15 +503,15 @@ HVD_TEST(shm_large_allreduce_single_copy_and_slots_match_the_reference) {
 // a half and a quarter of it, and values it rounds (to a page, at most a
 // slot), in place and out of place, over a count that no chunk divides.
 HVD_TEST(shm_pipelined_allreduce_matches_the_reference_at_every_chunk) {
-  const size_t kChunks[] = {0, 128 * 1024, 64 * 1024, 5000, 1, size_t{1} << 30};
+  const size_t kChunks[] = {0, 256 * 1024, 128 * 1024, 5000, 1, size_t{1} << 30};
   for (int size : {2, 3}) {
     run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
-      EXPECT_EQ(comm.pipeline_chunk_default(), size_t{256} * 1024);  // the slot of members that spin
+      EXPECT_EQ(comm.pipeline_chunk_default(), size_t{512} * 1024);  // the slot of members that spin
       int round = 0;
       for (size_t chunk : kChunks) {
         comm.set_pipeline_chunk_bytes(chunk);
         for (DataType dtype : {DataType::kFloat32, DataType::kFloat16}) {
-          const size_t count = (size_t{600} << 10) / dtype_size(dtype) + 7;
+          const size_t count = (size_t{1200} << 10) / dtype_size(dtype) + 7;
           const bool in_place = round++ % 2 == 0;
           std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
           for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));

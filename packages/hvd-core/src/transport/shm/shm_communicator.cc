@@ -43,10 +43,14 @@ namespace {
 constexpr uint64_t kArenaMagic = 0x6876645f73686d31ULL;  // "hvd_shm1"
 constexpr size_t kAbortReasonBytes = 256;
 // Chunk size of the pipelined collectives. Members that spin meet at each
-// chunk's barrier within microseconds, so small chunks (cache-resident)
+// chunk's barrier within microseconds, so chunks that stay in the cache
 // win; members that must sleep pay a futex wake-up per barrier, so they
-// use fewer, larger chunks.
-constexpr size_t kSpinningSlotBytes = 256 * 1024;
+// use fewer, larger chunks. 512 KiB (256 KiB until the eleventh session):
+// on the AMD EPYC VM, P=2, three alternated rounds of HVD_SHM_SLOT_BYTES,
+// 256 / 512 KiB slots: allreduce 512 KiB 58-59 / 51-52 us, 1 MiB 101-116 /
+// 76-90 us, 8 MiB 838-869 / 554-587 us, 16 MiB even; broadcast 1 MiB
+// 80-114 / 52-61 us; allgather even (docs/benchmarks.md).
+constexpr size_t kSpinningSlotBytes = 512 * 1024;
 constexpr size_t kSleepingSlotBytes = 1024 * 1024;
 // Below this, every member reduces the whole (small) payload itself: one
 // barrier instead of two, which is what small-message latency is made of.
