@@ -37,6 +37,11 @@ ENGINE_ALLOCATED_ALLREDUCE_BYTES = 4 << 20
 # 6.8 us copied, 7.8 us taken over; 16 KiB even; 64 KiB: 27.2 against 25.1
 # us). The C accelerator makes the copy itself (run_owned's copy_limit).
 COPIED_RESULT_BYTES = 16 << 10
+# The same for the accelerator's table of repeated numpy calls
+# (run_cached_block), which copies straight into a numpy.empty array: P=2
+# allgather, 32 KiB from each rank, 8.7-8.8 us copied against 9.9-10.0 taken
+# over; 128 KiB from each, 28.5-32.5 against 24.5-29.0 us.
+TABLE_COPIED_RESULT_BYTES = 64 << 10
 
 
 # Byte layouts of the C ABI structs on LP64 (checked against the header by
@@ -341,7 +346,7 @@ class _ThreadSync:
         # run_cached_block and remember_block), or None without it.
         fast = fastcall()
         self.table = fast.sync_table(self.slot, self.slot_address, self.result, self.result_address,
-                                     COPIED_RESULT_BYTES) if fast else None
+                                     TABLE_COPIED_RESULT_BYTES) if fast else None
 
 
 def thread_sync():
@@ -473,7 +478,8 @@ def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale
     itself when `in_place`, else into a new array like it. Returns that
     result once the operation completed (for a result the engine allocates,
     allgather and reducescatter: a new array when it is at most
-    COPIED_RESULT_BYTES, else its DLManagedTensor address, now the caller's);
+    TABLE_COPIED_RESULT_BYTES, else its DLManagedTensor address, now the
+    caller's);
     None, having done nothing, when the block is not there, `tensor` is not
     a plain writable contiguous non-empty numpy array, without the
     accelerator, or while interrupted operations wait to be released: the
