@@ -380,7 +380,7 @@ typedef struct {
   PyObject* shape;        /* the array's shape as a tuple: a new output is numpy.empty(shape, dtype) */
   char* block;
   Py_ssize_t in_offset, out_offset;
-  Py_hash_t hash;
+  Py_uhash_t hash;
   int nd;
   Py_ssize_t dims[MAX_CACHED_DIMS];
 } table_entry;
@@ -474,11 +474,12 @@ static int real_number(PyObject* value, double* out) {
  * prescale, postscale, process_set_id) into *key. 1: readable; 0 (no error
  * set): something the Python path has to take; -1: an error. */
 static int read_call(PyObject* const* args, sync_table** table, const numpy_array_head** array, call_key* key,
-                     Py_hash_t* hash) {
+                     Py_uhash_t* hash) {
   int i;
-  Py_hash_t h;
+  Py_hash_t name_hash;
+  Py_uhash_t h;
   if ((PyObject*)Py_TYPE(args[0]) != sync_table_type) {
-    PyErr_SetString(PyExc_TypeError, "run_cached() needs a sync_table");
+    PyErr_SetString(PyExc_TypeError, "the first argument must be a sync_table");
     return -1;
   }
   *table = (sync_table*)args[0];
@@ -495,15 +496,17 @@ static int read_call(PyObject* const* args, sync_table** table, const numpy_arra
     }
     return 0;
   }
-  h = key->name == Py_None ? 0 : PyObject_Hash(key->name);
-  if (h == -1) return -1;
-  h = h * 1000003 ^ (Py_hash_t)(key->collective * 31 + key->op * 7 + key->in_place);
-  for (i = 0; i < (*array)->nd; ++i) h = h * 1000003 ^ (Py_hash_t)(*array)->dimensions[i];
+  name_hash = key->name == Py_None ? 0 : PyObject_Hash(key->name);
+  if (name_hash == -1) return -1;
+  /* Unsigned: the mixing wraps around. */
+  h = (Py_uhash_t)name_hash * 1000003u ^
+      ((Py_uhash_t)key->collective * 31u + (Py_uhash_t)key->op * 7u + (Py_uhash_t)key->in_place);
+  for (i = 0; i < (*array)->nd; ++i) h = h * 1000003u ^ (Py_uhash_t)(*array)->dimensions[i];
   *hash = h;
   return 1;
 }
 
-static int same_key(const table_entry* entry, const call_key* key, const numpy_array_head* array, Py_hash_t hash) {
+static int same_key(const table_entry* entry, const call_key* key, const numpy_array_head* array, Py_uhash_t hash) {
   const call_key* k = &entry->key;
   if (entry->owner == NULL || entry->hash != hash || entry->dtype != array->descr || entry->nd != array->nd ||
       k->collective != key->collective || k->in_place != key->in_place || k->op != key->op ||
@@ -560,7 +563,7 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
   const numpy_array_head* array;
   const numpy_array_head* out_array;
   call_key key;
-  Py_hash_t hash;
+  Py_uhash_t hash;
   table_entry* entry = NULL;
   PyObject* output;
   PyObject* outcome;
@@ -612,7 +615,7 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
   sync_table* table;
   const numpy_array_head* array;
   call_key key;
-  Py_hash_t hash;
+  Py_uhash_t hash;
   table_entry* entry = NULL;
   char* block;
   Py_ssize_t in_offset, out_offset;

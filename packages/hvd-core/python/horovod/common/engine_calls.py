@@ -479,16 +479,14 @@ def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale
     result once the operation completed (for a result the engine allocates,
     allgather and reducescatter: a new array when it is at most
     TABLE_COPIED_RESULT_BYTES, else its DLManagedTensor address, now the
-    caller's);
-    None, having done nothing, when the block is not there, `tensor` is not
-    a plain writable contiguous non-empty numpy array, without the
-    accelerator, or while interrupted operations wait to be released: the
-    caller's general path then does it. At 4 KiB every frame and dictionary
-    lookup less is measurable."""
+    caller's). None, having done nothing, when the block is not there,
+    `tensor` is not a plain writable contiguous non-empty numpy array,
+    without the accelerator, or while interrupted operations wait to be
+    released: the caller's general path then does it. At 4 KiB every frame
+    and dictionary lookup less is measurable."""
     state = getattr(_templates, "sync", None)
     if state is None or state.table is None or _abandoned:
         return None
-    outcome = None
     try:
         outcome = _fast.run_cached(state.table, collective, tensor, in_place, name, op, root_rank, prescale_factor,
                                    postscale_factor, process_set_id)
