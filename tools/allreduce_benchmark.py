@@ -592,6 +592,27 @@ def summarize(runs, nproc, collective="allreduce"):
     return out
 
 
+# Runs of one backend whose medians at a size differ by more than this factor
+# are reported: on a VM that changes speed for minutes at a time (see
+# tools/shm_phase_probe.c) one slow run moves a median of two runs by half
+# the difference, and the table alone does not show that it happened.
+RUN_SPREAD_REPORTED = 1.5
+
+
+def disagreeing_runs(res):
+    """Lines naming each backend and size whose runs' medians differ by more
+    than RUN_SPREAD_REPORTED, with those medians in us."""
+    lines = []
+    for backend, summary in res.items():
+        for key, label in (("results", ""), ("copy_results", " copy")):
+            for size, stats in (summary or {}).get(key, {}).items():
+                meds = stats["run_medians_s"]
+                if len(meds) > 1 and max(meds) > RUN_SPREAD_REPORTED * min(meds):
+                    lines.append("  runs disagree: %s%s %s: %s us" % (backend, label, fmt_size(size),
+                                                                       ", ".join("%.1f" % (m * 1e6) for m in meds)))
+    return lines
+
+
 # Bus bandwidth = algbw * this factor (the nccl-tests convention): the bytes each
 # rank's link carries per byte of `size` with the best algorithm (a ring for
 # allreduce and allgather, a pipelined chain for broadcast).
@@ -826,6 +847,8 @@ def main(argv=None):
         print("\nP=%d%s" % (nproc, " (%d processes on %d CPUs: oversubscribed)" % (nproc, os.cpu_count())
                              if nproc > (os.cpu_count() or nproc) else ""))
         print(table(nproc, p_sizes, res, args.markdown, args.collective))
+        for line in disagreeing_runs(res):
+            print(line)
         print(flush=True)
         all_results["runs"][nproc] = {b: r for b, r in res.items() if r}
     # The targets are the allreduce issue's; the other collectives have none yet.
