@@ -335,9 +335,10 @@ Response Coordinator::build_response(const std::string& name, Pending& p) {
         ((r.collective == Collective::kAllreduce || r.collective == Collective::kReducescatter) &&
          r.reduce_op != HVD_OP_ADASUM) ||
         r.collective == Collective::kBroadcast || r.collective == Collective::kAllgather;
+    const bool streams = r.collective == Collective::kBroadcast || r.collective == Collective::kAllgather;
+    const size_t limit = streams ? std::max(config_.lane_bytes, config_.lane_stream_bytes) : config_.lane_bytes;
     if (config_.lane_bytes > 0 && cache_.enabled() && !timeline && lane_collective &&
-        r.device == Device::kCpu && ref->group_size <= 1 && bytes > 0 &&
-        static_cast<size_t>(bytes) <= config_.lane_bytes) {
+        r.device == Device::kCpu && ref->group_size <= 1 && bytes > 0 && static_cast<size_t>(bytes) <= limit) {
       r.lane_key = ++last_lane_key_;
     }
     cache_.put(name, *ref, r);

@@ -40,6 +40,9 @@ struct CoordinatorConfig {
   // The members share a fast lane of at most this many bytes per tensor
   // (0: none): uniform small allreduces get a lane key in their response.
   size_t lane_bytes = 0;
+  // Broadcasts and allgathers (bytes per member) up to this many bytes get
+  // one too: the lane streams what does not fit (0: lane_bytes).
+  size_t lane_stream_bytes = 0;
 };
 
 class Coordinator {

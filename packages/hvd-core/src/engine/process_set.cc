@@ -133,6 +133,7 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
     // The autotuner scores settings by the negotiated traffic it sees, which
     // lane calls would hide from it.
     cc.lane_bytes = lane_comm_ != nullptr && !cfg.autotune.enabled ? ShmCommunicator::kLanePayloadBytes : 0;
+    cc.lane_stream_bytes = cc.lane_bytes > 0 ? ShmCommunicator::kLaneStreamBytes : 0;
     coordinator_ = std::make_unique<Coordinator>(cc, timeline);
     staging_ = {cfg.hierarchical, cfg.hierarchical_allgather};
     if (cfg.autotune.enabled && id_ == 0) {

@@ -48,6 +48,13 @@ def test_killed_peer_fails_survivors_of_small_allgathers_and_reducescatters(coll
                                                      "collective": collective}), 1)
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("collective", ["broadcast", "allgather"])
+def test_killed_peer_fails_survivors_of_streamed_broadcasts_and_allgathers(np_, collective):
+    _survivors_failed_fast(ranks.run_program(np_, "failures:peer_killed_mid_stream", timeout=60,
+                                             kwargs={"collective": collective}), 1)
+
+
 def test_no_control_ring_outlives_its_job_even_when_the_coordinator_is_killed():
     before = _control_ring_names()
     ranks.run_program_ok(3, "failures:shutdown_and_init_three_times")

@@ -48,6 +48,21 @@ def test_small_reducescatters_in_the_lane_give_the_bits_of_negotiation(np_):
     assert len({res["lane_calls"] for res in results}) == 1, results
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_large_broadcasts_and_allgathers_stream_through_the_lane_exactly(np_):
+    # Three ranks on the two CPUs of CI machines: the ranks yield instead of spinning.
+    results = ranks.run_program_ok(np_, "fast_lane:streamed_broadcasts_and_allgathers", timeout=300)
+    for rank, res in enumerate(results):
+        assert res["failures"] == [], "rank %d: wrong results: %s" % (rank, res["failures"][:10])
+        counts = res["lane_calls"]
+        above = counts.pop("float32.%d" % ((1 << 20) + 1))
+        assert above == 0, "rank %d: a broadcast above the streaming limit ran in the lane" % rank
+        # A size's first call of each name is negotiated; most later ones
+        # should stream (a rank late by 2 ms negotiates instead).
+        assert all(c > 0 for c in counts.values()), (rank, counts)
+    assert len({str(res["lane_calls"]) for res in results}) == 1, results
+
+
 def test_allgather_rows_that_differ_are_negotiated_and_stay_exact():
     results = ranks.run_program_ok(2, "fast_lane:allgather_rows_change_after_lane_calls", timeout=120)
     for r in results:

@@ -122,6 +122,19 @@ constexpr size_t kSingleCopyReduceChunkBytes = 256 * 1024;
 // 28.5-49.6 against 13.2-40.5 ms with 512 KiB pieces (docs/benchmarks.md).
 constexpr size_t kFusedPieceBytes = 512 * 1024;
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(50);
+// The ring a streamed lane call passes through (lane_stream): the root's
+// whole for a broadcast, a part per member for an allgather. Each call goes
+// on where the last one stopped, so that a payload as large as the ring does
+// not overwrite the lines the readers are still copying out of: in a
+// two-process probe on the AMD EPYC VM (tools/shm_stream_probe.c), 1 MiB
+// payloads in 64 KiB chunks took 121-142 us a pass through a 256 KiB ring
+// and 37-44 us through a 1 MiB one; 2-8 MiB rings gained nothing more in
+// the broadcast benchmark (docs/benchmarks.md).
+constexpr size_t kLaneRingBytes = 1024 * 1024;
+constexpr size_t kLaneChunkBytes = 64 * 1024;
+constexpr size_t kLaneMinChunkBytes = 16 * 1024;
+// Below this many bytes of ring per member an allgather is not streamed.
+constexpr size_t kLaneMinPartBytes = 4 * kLaneMinChunkBytes;
 
 using Clock = std::chrono::steady_clock;
 
@@ -228,6 +241,11 @@ struct ShmCommunicator::LaneArea {
   alignas(64) std::atomic<uint64_t> completed;
   std::atomic<uint32_t> joined;  // in hvd.join(): it will not come to the lane
   alignas(64) unsigned char data[ShmCommunicator::kLanePayloadBytes];
+  // A streamed lane call (lane_stream), tagged with the call's number (the
+  // same on every member) in the upper 32 bits: chunks this member wrote to
+  // the ring, and chunks it has copied out of every writer's part of it.
+  alignas(64) std::atomic<uint64_t> stream_written;
+  alignas(64) std::atomic<uint64_t> stream_consumed;
 };
 
 namespace {
@@ -236,6 +254,9 @@ size_t members_offset() { return align_up(sizeof(ShmArenaHeader), 64); }
 size_t data_offset(int size) { return align_up(members_offset() + sizeof(ShmMemberState) * size, 4096); }
 size_t lane_offset(int size, size_t slot_bytes) {
   return align_up(data_offset(size) + slot_bytes * (2 * static_cast<size_t>(size) + 2), 64);
+}
+size_t ring_offset(int size, size_t slot_bytes) {
+  return align_up(lane_offset(size, slot_bytes) + sizeof(ShmCommunicator::LaneArea) * static_cast<size_t>(size), 4096);
 }
 ShmMemberState* member_states(ShmArenaHeader* h) {
   return reinterpret_cast<ShmMemberState*>(reinterpret_cast<unsigned char*>(h) + members_offset());
@@ -313,7 +334,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   chunk_bytes_ = slot_bytes_;
   if (size_ == 1) return;  // nothing to share
 
-  arena_bytes_ = lane_offset(size_, slot_bytes_) + sizeof(LaneArea) * static_cast<size_t>(size_);
+  arena_bytes_ = ring_offset(size_, slot_bytes_) + kLaneRingBytes;
   // The key embeds secret-derived material, so its hash is an unguessable name.
   shm_name_ = "/hvd-" + to_hex(sha256(options.key.data(), options.key.size())).substr(0, 40);
   const std::string& name = shm_name_;
@@ -401,6 +422,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   single_copy_allreduce_ = header_->members_spin != 0;
   lane_seen_.resize(static_cast<size_t>(size_));
   lane_inputs_.resize(static_cast<size_t>(size_));
+  lane_read_.resize(static_cast<size_t>(size_));
   single_copy_sources_.resize(static_cast<size_t>(size_));
   deny_single_copy_ = header_->single_copy == 2 && rank_ != 0;
   member_states(header_)[rank_].pid_namespace.store(pid_namespace_id());
@@ -776,7 +798,7 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
       unsigned char* previous_chunk = bytes + previous_begin * esize;
       std::memcpy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
       std::memcpy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
-                  (previous_elems - previous_mine.end) * esize);
+                    (previous_elems - previous_mine.end) * esize);
     }
     if (mine.end > mine.begin) {
       unsigned char* my_share = chunk + mine.begin * esize;
@@ -797,7 +819,7 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
   unsigned char* previous_chunk = bytes + previous_begin * esize;
   std::memcpy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
   std::memcpy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
-              (previous_elems - previous_mine.end) * esize);
+                (previous_elems - previous_mine.end) * esize);
 }
 
 void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
@@ -1004,13 +1026,13 @@ void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_
     for (int d = 0; d < size_; ++d) {
       if (send_bytes[d] <= first) continue;
       std::memcpy(slot(buffer, rank_) + d * piece, input + send_offsets[d] + first,
-                  std::min(piece, send_bytes[d] - first));
+                    std::min(piece, send_bytes[d] - first));
     }
     step_barrier("alltoallv");
     for (int m = 0; m < size_; ++m) {
       if (recv_bytes[m] <= first) continue;
       std::memcpy(output + recv_offsets[m] + first, slot(buffer, m) + rank_ * piece,
-                  std::min(piece, recv_bytes[m] - first));
+                    std::min(piece, recv_bytes[m] - first));
     }
   }
 }
@@ -1063,6 +1085,11 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_broadcast(uint64_t key, uint6
                                                              void* output, size_t bytes, int root,
                                                              Clock::duration wait) {
   if (root < 0 || root >= size_) return LaneOutcome::kBusy;
+  if (bytes > kLanePayloadBytes) {
+    if (!lane_streams(bytes, false)) return LaneOutcome::kBusy;
+    return lane_run(key, occurrence, nullptr, bytes, wait, "broadcast (fast lane)",
+                    [&] { lane_stream(input, output, bytes, root, "broadcast (fast lane)"); });
+  }
   // Only the root's payload is read: the others publish the call alone.
   return lane_run(key, occurrence, rank_ == root ? input : nullptr, bytes, wait, "broadcast (fast lane)", [&] {
     const void* from = rank_ == root ? input : lane(root)->data;
@@ -1072,6 +1099,11 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_broadcast(uint64_t key, uint6
 
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_allgather(uint64_t key, uint64_t occurrence, const void* input,
                                                              void* output, size_t bytes, Clock::duration wait) {
+  if (bytes > kLanePayloadBytes) {
+    if (!lane_streams(bytes, true)) return LaneOutcome::kBusy;
+    return lane_run(key, occurrence, nullptr, bytes, wait, "allgather (fast lane)",
+                    [&] { lane_stream(input, output, bytes, -1, "allgather (fast lane)"); });
+  }
   return lane_run(key, occurrence, input, bytes, wait, "allgather (fast lane)", [&] {
     auto* out = static_cast<unsigned char*>(output);
     for (int m = 0; m < size_; ++m) {
@@ -1092,11 +1124,119 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_reducescatter(uint64_t key, u
   });
 }
 
+void ShmCommunicator::lane_stream(const void* input, void* output, size_t bytes, int root, const char* op) {
+  // Every member committed to this call, so each counts it alike.
+  const uint64_t tag = (lane_completed_ + 1) << 32;
+  auto count_of = [tag](uint64_t v) { return (v & ~0xffffffffULL) == tag ? v & 0xffffffffULL : 0; };
+  // Each writer's part of the ring, in chunks of at most kLaneChunkBytes.
+  const size_t part = lane_ring_part(root < 0);
+  // Small payloads in at least four chunks, so that reading overlaps writing.
+  const size_t chunk = std::min({kLaneChunkBytes, part / 4, std::max(kLaneMinChunkBytes, align_up(bytes / 4, 64))});
+  const uint64_t ring_chunks = part / chunk;
+  const uint64_t chunks = (bytes + chunk - 1) / chunk;
+  unsigned char* ring = arena_ + ring_offset(size_, slot_bytes_);
+  auto at = [&](int writer, uint64_t c) {
+    return ring + (root >= 0 ? 0 : static_cast<size_t>(writer) * part) + (lane_ring_cursor_ + c) % ring_chunks * chunk;
+  };
+  auto chunk_bytes = [&](uint64_t c) { return std::min<size_t>(chunk, bytes - c * chunk); };
+  const auto* in = static_cast<const unsigned char*>(input);
+  auto* out = static_cast<unsigned char*>(output);
+  auto* own = out + (root < 0 ? static_cast<size_t>(rank_) * bytes : 0);  // where the writer's own bytes go
+  const bool writes = root < 0 || root == rank_;
+  LaneArea* mine = lane(rank_);
+  uint64_t wrote = writes ? 0 : chunks;
+  // Chunks copied out of each writer's part; `consumed`: out of every one's.
+  std::vector<uint64_t>& read = lane_read_;
+  for (int m = 0; m < size_; ++m) read[m] = m == rank_ || (root >= 0 && m != root) ? chunks : 0;
+  uint64_t consumed = root == rank_ ? chunks : 0;
+  // Since when nothing moved (set at the first look at the clock after something did).
+  Clock::time_point since = Clock::now(), last_peer_check = since;
+  bool since_set = true, yielding = false;
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_seconds));
+  while (wrote < chunks || consumed < chunks) {
+    bool progress = false;
+    // A counter that held this member up, and the value it had: an idle
+    // wait polls that one alone, as the barriers poll their word.
+    const std::atomic<uint64_t>* watch = nullptr;
+    uint64_t watched = 0;
+    // Write while every reader has copied out the chunk this one replaces.
+    while (wrote < chunks) {
+      if (wrote >= ring_chunks) {
+        for (int m = 0; m < size_ && watch == nullptr; ++m) {
+          const uint64_t v = lane(m)->stream_consumed.load(std::memory_order_acquire);
+          if (m != rank_ && count_of(v) + ring_chunks <= wrote) {
+            watch = &lane(m)->stream_consumed;
+            watched = v;
+          }
+        }
+        if (watch != nullptr) break;
+      }
+      std::memcpy(at(rank_, wrote), in + wrote * chunk, chunk_bytes(wrote));
+      mine->stream_written.store(tag | ++wrote, std::memory_order_release);
+      progress = true;
+    }
+    if (consumed < chunks) {
+      for (int m = 0; m < size_; ++m) {
+        if (read[m] == chunks) continue;
+        const uint64_t v = lane(m)->stream_written.load(std::memory_order_acquire);
+        const uint64_t ready = count_of(v);
+        if (ready == read[m] && watch == nullptr) {
+          watch = &lane(m)->stream_written;
+          watched = v;
+        }
+        unsigned char* to = out + (root < 0 ? static_cast<size_t>(m) * bytes : 0);
+        for (; read[m] < ready; ++read[m]) std::memcpy(to + read[m] * chunk, at(m, read[m]), chunk_bytes(read[m]));
+      }
+      const uint64_t now_consumed = *std::min_element(read.begin(), read.end());
+      if (now_consumed != consumed) {
+        consumed = now_consumed;
+        mine->stream_consumed.store(tag | consumed, std::memory_order_release);
+        progress = true;
+      }
+    }
+    if (progress) {
+      since_set = yielding = false;
+      continue;
+    }
+    if (spin_ && !yielding) {
+      for (int i = 0; i < 64 && (watch == nullptr || watch->load(std::memory_order_relaxed) == watched); ++i) cpu_pause();
+    } else {
+      sched_yield();
+    }
+    const Clock::time_point now = Clock::now();
+    if (!since_set) {
+      since = now;
+      since_set = true;
+    }
+    yielding = now - since > kSpinBeforeYield;  // a member this late has most likely lost its CPU
+    if (now - last_peer_check >= kPeerCheckInterval) {
+      last_peer_check = now;
+      check_abort(op);
+      check_peers(UINT64_MAX, op);
+      if (now - since > timeout) {
+        fail(op, "no progress for " + std::to_string(options_.timeout_seconds) + " s passing " +
+                     std::to_string(bytes) + " bytes through the lane");
+      }
+    }
+  }
+  lane_ring_cursor_ += chunks;
+  // The writer's own copy, off the readers' critical path.
+  if (writes && own != in) std::memcpy(own, in, bytes);
+}
+
+size_t ShmCommunicator::lane_ring_part(bool allgather) const {
+  return allgather ? kLaneRingBytes / static_cast<size_t>(size_) / 4096 * 4096 : kLaneRingBytes;
+}
+
+bool ShmCommunicator::lane_streams(size_t bytes, bool allgather) const {
+  return bytes <= kLaneStreamBytes && lane_ring_part(allgather) >= kLaneMinPartBytes;
+}
+
 template <typename Finish>
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t occurrence, const void* payload,
                                                        size_t bytes, Clock::duration wait, const char* op,
                                                        Finish finish) {
-  if (header_ == nullptr || bytes == 0 || bytes > kLanePayloadBytes) return LaneOutcome::kBusy;
+  if (header_ == nullptr || bytes == 0 || (payload != nullptr && bytes > kLanePayloadBytes)) return LaneOutcome::kBusy;
   if (lane_in_use_.exchange(true, std::memory_order_acquire)) return LaneOutcome::kBusy;
   struct InUse {
     std::atomic<bool>& flag;

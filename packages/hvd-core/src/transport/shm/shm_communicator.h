@@ -58,10 +58,16 @@ class ShmCommunicator : public Communicator {
   // of this process is in it, a member is in hvd.join(), the arena failed).
   // Thread-safe against the collectives above.
   enum class LaneOutcome { kDone, kFallback, kBusy };
+  struct LaneArea;  // a member's part of the lane, in the arena
   // As large as the transport's own one-barrier allreduce (every member
   // reduces the whole payload), so a lane call does what a negotiated one
   // would, without the negotiation.
   static constexpr size_t kLanePayloadBytes = 32 * 1024;
+  // Broadcasts and allgathers (each member's piece) above kLanePayloadBytes
+  // and up to this many bytes also take the lane: once every member has
+  // committed to the call, the payload streams through a ring in the arena
+  // in chunks the readers copy out as they arrive (lane_stream).
+  static constexpr size_t kLaneStreamBytes = 4 * 1024 * 1024;
   // `reduced` is also multiplied by `scale` (as scale_buffer does).
   LaneOutcome lane_allreduce(uint64_t key, uint64_t occurrence, const void* input, void* reduced, size_t count,
                              DataType dtype, ReduceOp op, double scale, std::chrono::steady_clock::duration wait);
@@ -125,20 +131,30 @@ class ShmCommunicator : public Communicator {
   // a step barrier; true when none did. Otherwise every member turns
   // single-copy collectives off for good, all at the same call.
   bool agree_on_single_copy(int error, const char* op);
-  struct LaneArea;
   LaneArea* lane(int member) const;
   // Waits up to `until` for every member to have completed lane_completed_
   // calls; false when one has not (it may still read our slot).
   bool lane_slot_free(std::chrono::steady_clock::time_point until);
+  // The streamed part of a lane call every member committed to: `root`'s
+  // `bytes` of `input` into every other member's `output` (root >= 0), or
+  // every member's `bytes` into `output` in member order (root < 0).
+  void lane_stream(const void* input, void* output, size_t bytes, int root, const char* op);
+  // Whether a lane broadcast (or allgather piece) of `bytes` can be streamed,
+  // and the part of the ring each writer streams through.
+  bool lane_streams(size_t bytes, bool allgather) const;
+  size_t lane_ring_part(bool allgather) const;
   // One lane call: publishes (key, occurrence) with `payload` (nullptr:
-  // nothing the others read), and once every member has committed to the
-  // same call runs `finish` (reading the members' published payloads).
+  // nothing the others read, or a payload streamed by `finish`), and once
+  // every member has committed to the same call runs `finish` (reading the
+  // members' published payloads).
   template <typename Finish>
   LaneOutcome lane_run(uint64_t key, uint64_t occurrence, const void* payload, size_t bytes,
                        std::chrono::steady_clock::duration wait, const char* op, Finish finish);
   // Scratch of lane_allreduce, one entry per member (one lane call at a time).
   std::vector<uint64_t> lane_seen_;
   std::vector<const void*> lane_inputs_;
+  std::vector<uint64_t> lane_read_;  // lane_stream's chunks read from each member
+  uint64_t lane_ring_cursor_ = 0;    // chunks streamed so far (the same on every member)
   uint64_t lane_publication_ = 0;
   uint64_t lane_completed_ = 0;
   std::atomic<bool> lane_in_use_{false};

@@ -4,6 +4,7 @@
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -34,6 +35,38 @@ def peer_stops_mid_loop(victim, signal_name, collective="allreduce"):
         # Every later collective fails the same way, at once.
         try:
             hvd.allreduce(x, name="later")
+            later = None
+        except hvd.HorovodInternalError as e2:
+            later = str(e2)
+        return {"error": str(e), "elapsed": elapsed, "later": later}
+
+
+def peer_killed_mid_stream(collective):
+    """Every rank loops on a 4 MiB `collective` (broadcast from rank 0, or
+    allgather), which after its first call streams through the fast lane's
+    ring; a thread of rank 1 kills its process 0.2 s in, most likely while
+    the others wait inside a stream for its chunks or for room in the ring."""
+    hvd.init()
+    x = np.ones(1 << 20, np.float32)
+    if collective == "broadcast":
+        def call(name):
+            hvd.broadcast_(x, 0, name=name)
+    else:
+        def call(name):
+            hvd.allgather(x, name=name)
+    for _ in range(5):
+        call("loop")
+    if hvd.rank() == 1:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30:
+            call("loop")
+        return {"error": None}
+    except hvd.HorovodInternalError as e:
+        elapsed = time.time() - t0
+        try:
+            call("later")
             later = None
         except hvd.HorovodInternalError as e2:
             later = str(e2)

@@ -225,6 +225,60 @@ def broadcasts_in_the_lane(rounds=3):
     return {"failures": failures, "lane_calls": lane_calls() - before}
 
 
+# Above the lane's 32 KiB payload a broadcast or allgather piece streams
+# through the lane's ring (1 MiB, in chunks of up to 64 KiB) up to 4 MiB:
+# sizes that end inside a chunk, one that wraps the ring within a call, the
+# limit itself, and one element more (negotiated every time).
+STREAMED = [("float32", 8459), ("uint8", 200001), ("float64", 170001), ("float32", 1 << 20)]
+ABOVE_STREAMING = ("float32", (1 << 20) + 1)
+
+
+def streamed_broadcasts_and_allgathers(rounds=4):
+    """Every size above from every root, in place and not, then as an
+    allgather, each followed by a negotiated allreduce (through the slots the
+    ring sits beside) and a small lane allreduce: every call must give that
+    call's values of the root (of every rank, in rank order) and leave the
+    inputs as they were. Returns the failures and, per size, how many of its
+    broadcasts and allgathers ran in the lane."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures, lane_calls_by_size = [], {}
+    between = np.ones(300000, np.float32)
+    small = np.ones(16, np.float32)
+
+    def check(ok, *what):
+        if not ok:
+            failures.append(list(what))
+
+    def counted(run):
+        before = lane_calls()
+        result = run()
+        lane_calls_by_size[case] += lane_calls() - before
+        return result
+
+    for dtype_name, n in STREAMED + [ABOVE_STREAMING]:
+        case = "%s.%d" % (dtype_name, n)
+        lane_calls_by_size[case] = 0
+        for call in range(rounds):
+            for root in range(size):
+                want = _case_input(root, (n,), dtype_name, call)
+                mine = _case_input(rank, (n,), dtype_name, call)
+                kept = mine.copy()
+                got = counted(lambda: hvd.broadcast(mine, root, name="sb.%s.%d" % (case, root)))
+                check(got.tobytes() == want.tobytes() and mine.tobytes() == kept.tobytes(), case, call, root,
+                      "broadcast")
+                counted(lambda: hvd.broadcast_(mine, root, name="sb_.%s.%d" % (case, root)))
+                check(mine.tobytes() == want.tobytes(), case, call, root, "broadcast_")
+                check(np.array_equal(hvd.allreduce(between, op=hvd.Sum, name="between"), between * size),
+                      case, call, root, "allreduce between")
+                hvd.allreduce(small, name="small")
+            mine = _case_input(rank, (n,), dtype_name, call)
+            want = np.concatenate([_case_input(r, (n,), dtype_name, call) for r in range(size)])
+            got = counted(lambda: hvd.allgather(mine, name="sg." + case))
+            check(got.tobytes() == want.tobytes(), case, call, "allgather")
+    return {"failures": failures, "lane_calls": lane_calls_by_size}
+
+
 def broadcast_root_mismatch_after_warm_up_is_reported():
     """After "r" ran in the lane from root 0, rank 1 names root 1: both ranks
     get the usual mismatch error, not a hang and not rank 1's values."""
