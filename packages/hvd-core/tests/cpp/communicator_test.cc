@@ -3,12 +3,14 @@
 // count x op x dtype against a serial reference, Adasum over the transports,
 // plus failure behaviour: abort, a departed member and a silent member turn
 // into kInternal, never a hang.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@
 #include "auth/hmac_sha256.h"
 #include "file_store.h"
 #include "transport/shm/shm_communicator.h"
+#include "transport/shm/shm_copy.h"
 #include "common/error.h"
 #include "net/connection_manager.h"
 #include "reduce/reduce.h"
@@ -852,4 +855,28 @@ HVD_TEST(adasum_gives_identical_vectors_back_and_sums_orthogonal_ones) {
   for (int size = 1; size <= 4; ++size) expect_adasum_closed_forms(Transport::kShm, size, DataType::kFloat32);
   expect_adasum_closed_forms(Transport::kTcp, 3, DataType::kFloat32);
   expect_adasum_closed_forms(Transport::kShm, 3, DataType::kFloat16);
+}
+
+// shm_copy switches from memcpy to its vector loop at 2 KiB and aligns the
+// destination first: every size around the switch and the loops' block
+// sizes, from and to every kind of misalignment, must copy exactly the
+// bytes asked for and nothing past them.
+HVD_TEST(shm_copy_copies_every_size_and_alignment_exactly) {
+  const size_t sizes[] = {0, 1, 63, 2047, 2048, 2049, 2111, 2112, 4096 + 13, 65536 + 7, (1u << 20) + 3};
+  const size_t offsets[] = {0, 1, 16, 33, 63};
+  for (size_t bytes : sizes) {
+    std::vector<unsigned char> src(bytes + 128), dst(bytes + 256);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+    for (size_t from : offsets) {
+      for (size_t to : offsets) {
+        std::fill(dst.begin(), dst.end(), 0xAB);
+        hvd::shm_copy(dst.data() + 64 + to, src.data() + from, bytes);
+        EXPECT_TRUE(std::memcmp(dst.data() + 64 + to, src.data() + from, bytes) == 0);
+        bool guards = true;
+        for (size_t i = 0; i < 64 + to; ++i) guards = guards && dst[i] == 0xAB;
+        for (size_t i = 64 + to + bytes; i < dst.size(); ++i) guards = guards && dst[i] == 0xAB;
+        EXPECT_TRUE(guards);
+      }
+    }
+  }
 }

@@ -35,6 +35,7 @@
 #include "common/logging.h"
 #include "reduce/reduce.h"
 #include "rendezvous/store.h"
+#include "transport/shm/shm_copy.h"
 
 namespace hvd {
 
@@ -737,7 +738,7 @@ void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, D
                                       double scale) {
   size_t bytes = count * dtype_size(dtype);
   int buffer = static_cast<int>(step_ & 1);
-  std::memcpy(slot(buffer, rank_), in, bytes);
+  shm_copy(slot(buffer, rank_), in, bytes);
   step_barrier("allreduce");
   const void* srcs[64];
   std::vector<const void*> many;
@@ -790,15 +791,15 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
     const unsigned char* in_chunk = input + begin * esize;
     unsigned char* chunk = bytes + begin * esize;
     Share mine = share_of(elems, rank_);
-    std::memcpy(slot(buffer, rank_), in_chunk, mine.begin * esize);
-    std::memcpy(slot(buffer, rank_) + mine.end * esize, in_chunk + mine.end * esize, (elems - mine.end) * esize);
+    shm_copy(slot(buffer, rank_), in_chunk, mine.begin * esize);
+    shm_copy(slot(buffer, rank_) + mine.end * esize, in_chunk + mine.end * esize, (elems - mine.end) * esize);
     step_barrier("allreduce");
     if (previous_buffer >= 0) {
       Share previous_mine = share_of(previous_elems, rank_);
       unsigned char* previous_chunk = bytes + previous_begin * esize;
-      std::memcpy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
-      std::memcpy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
-                    (previous_elems - previous_mine.end) * esize);
+      shm_copy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
+      shm_copy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
+               (previous_elems - previous_mine.end) * esize);
     }
     if (mine.end > mine.begin) {
       unsigned char* my_share = chunk + mine.begin * esize;
@@ -808,7 +809,7 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
         if (m != rank_) srcs[next++] = slot(buffer, m) + mine.begin * esize;
       }
       reduce_many_scaled(my_share, srcs.data(), size_, mine.end - mine.begin, dtype, op, scale);
-      std::memcpy(result(buffer) + mine.begin * esize, my_share, (mine.end - mine.begin) * esize);
+      shm_copy(result(buffer) + mine.begin * esize, my_share, (mine.end - mine.begin) * esize);
     }
     previous_buffer = buffer;
     previous_begin = begin;
@@ -817,9 +818,9 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
   step_barrier("allreduce");
   Share previous_mine = share_of(previous_elems, rank_);
   unsigned char* previous_chunk = bytes + previous_begin * esize;
-  std::memcpy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
-  std::memcpy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
-                (previous_elems - previous_mine.end) * esize);
+  shm_copy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
+  shm_copy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
+           (previous_elems - previous_mine.end) * esize);
 }
 
 void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
@@ -857,7 +858,7 @@ void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector
     for (int d = 0; d < size_; ++d) {
       if (counts[d] <= first) continue;
       size_t n = std::min(piece_elems, counts[d] - first);
-      std::memcpy(slot(buffer, rank_) + d * piece_bytes, input + (offsets[d] + first) * esize, n * esize);
+      shm_copy(slot(buffer, rank_) + d * piece_bytes, input + (offsets[d] + first) * esize, n * esize);
     }
     step_barrier("reducescatter");
     if (counts[rank_] > first) {
@@ -892,7 +893,7 @@ void ShmCommunicator::allgatherv(const void* in, void* out, const std::vector<si
     int buffer = static_cast<int>(step_ & 1);
     size_t first = r * slot_bytes_;
     size_t mine = bytes_per_rank[rank_];
-    if (mine > first) std::memcpy(slot(buffer, rank_), input + first, std::min(slot_bytes_, mine - first));
+    if (mine > first) shm_copy(slot(buffer, rank_), input + first, std::min(slot_bytes_, mine - first));
     step_barrier("allgatherv");
     for (int m = 0; m < size_; ++m) {
       if (bytes_per_rank[m] <= first) continue;
@@ -900,7 +901,7 @@ void ShmCommunicator::allgatherv(const void* in, void* out, const std::vector<si
       size_t n = std::min(slot_bytes_, bytes_per_rank[m] - first);
       // Our own piece may already be in place (in == out + offset).
       if (m == rank_ && dst == input + first) continue;
-      std::memcpy(dst, slot(buffer, m), n);
+      shm_copy(dst, slot(buffer, m), n);
     }
   }
 }
@@ -991,9 +992,9 @@ void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
     int buffer = static_cast<int>(step_ & 1);
     size_t first = r * region;
     size_t n = std::min(region, bytes - first);
-    if (rank_ == root) std::memcpy(whole_buffer(buffer), buf + first, n);
+    if (rank_ == root) shm_copy(whole_buffer(buffer), buf + first, n);
     step_barrier("broadcast");
-    if (rank_ != root) std::memcpy(buf + first, whole_buffer(buffer), n);
+    if (rank_ != root) shm_copy(buf + first, whole_buffer(buffer), n);
   }
 }
 
@@ -1025,14 +1026,14 @@ void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_
     size_t first = r * piece;
     for (int d = 0; d < size_; ++d) {
       if (send_bytes[d] <= first) continue;
-      std::memcpy(slot(buffer, rank_) + d * piece, input + send_offsets[d] + first,
-                    std::min(piece, send_bytes[d] - first));
+      shm_copy(slot(buffer, rank_) + d * piece, input + send_offsets[d] + first,
+               std::min(piece, send_bytes[d] - first));
     }
     step_barrier("alltoallv");
     for (int m = 0; m < size_; ++m) {
       if (recv_bytes[m] <= first) continue;
-      std::memcpy(output + recv_offsets[m] + first, slot(buffer, m) + rank_ * piece,
-                    std::min(piece, recv_bytes[m] - first));
+      shm_copy(output + recv_offsets[m] + first, slot(buffer, m) + rank_ * piece,
+               std::min(piece, recv_bytes[m] - first));
     }
   }
 }
@@ -1093,7 +1094,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_broadcast(uint64_t key, uint6
   // Only the root's payload is read: the others publish the call alone.
   return lane_run(key, occurrence, rank_ == root ? input : nullptr, bytes, wait, "broadcast (fast lane)", [&] {
     const void* from = rank_ == root ? input : lane(root)->data;
-    if (from != output) std::memcpy(output, from, bytes);
+    if (from != output) shm_copy(output, from, bytes);
   });
 }
 
@@ -1107,7 +1108,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allgather(uint64_t key, uint6
   return lane_run(key, occurrence, input, bytes, wait, "allgather (fast lane)", [&] {
     auto* out = static_cast<unsigned char*>(output);
     for (int m = 0; m < size_; ++m) {
-      std::memcpy(out + static_cast<size_t>(m) * bytes, m == rank_ ? input : lane(m)->data, bytes);
+      shm_copy(out + static_cast<size_t>(m) * bytes, m == rank_ ? input : lane(m)->data, bytes);
     }
   });
 }
@@ -1171,7 +1172,7 @@ void ShmCommunicator::lane_stream(const void* input, void* output, size_t bytes,
         }
         if (watch != nullptr) break;
       }
-      std::memcpy(at(rank_, wrote), in + wrote * chunk, chunk_bytes(wrote));
+      shm_copy(at(rank_, wrote), in + wrote * chunk, chunk_bytes(wrote));
       mine->stream_written.store(tag | ++wrote, std::memory_order_release);
       progress = true;
     }
@@ -1185,7 +1186,7 @@ void ShmCommunicator::lane_stream(const void* input, void* output, size_t bytes,
           watched = v;
         }
         unsigned char* to = out + (root < 0 ? static_cast<size_t>(m) * bytes : 0);
-        for (; read[m] < ready; ++read[m]) std::memcpy(to + read[m] * chunk, at(m, read[m]), chunk_bytes(read[m]));
+        for (; read[m] < ready; ++read[m]) shm_copy(to + read[m] * chunk, at(m, read[m]), chunk_bytes(read[m]));
       }
       const uint64_t now_consumed = *std::min_element(read.begin(), read.end());
       if (now_consumed != consumed) {
@@ -1259,7 +1260,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t oc
   std::atomic_thread_fence(std::memory_order_release);
   mine->key.store(key, std::memory_order_relaxed);
   mine->occurrence.store(occurrence, std::memory_order_relaxed);
-  if (payload != nullptr) std::memcpy(mine->data, payload, bytes);
+  if (payload != nullptr) shm_copy(mine->data, payload, bytes);
   mine->state.store(publication << 2 | kLanePublished, std::memory_order_release);
 
   std::vector<uint64_t>& seen = lane_seen_;  // each member's publication we matched

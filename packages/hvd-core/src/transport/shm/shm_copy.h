@@ -1,0 +1,20 @@
+// shm_copy.h - the copy the shared-memory transport moves bytes with.
+#pragma once
+
+#include <cstddef>
+
+namespace hvd {
+
+// memcpy for copies into and out of the shared-memory arena. From 2 KiB up
+// to the L2 size glibc's memcpy uses `rep movsb` on AMD processors, which on
+// the AMD EPYC (Zen 4) VM the benchmarks run on was several times slower
+// than plain vector loads and stores for the arena's copies between
+// processes: a 1 MiB broadcast's copy into the arena took 87 us instead of
+// 33 us (docs/benchmarks.md, "Broadcasts and allgathers streamed through the
+// lane"). So from 2 KiB this copies with 32-byte (AVX2, when the CPU has it)
+// or 16-byte vectors, stores aligned; below, and off x86-64, it is memcpy.
+// HVD_SHM_COPY=memcpy (read once) makes it memcpy throughout, for
+// measurements.
+void shm_copy(void* dst, const void* src, size_t bytes);
+
+}  // namespace hvd
