@@ -42,12 +42,12 @@ def peer_stops_mid_loop(victim, signal_name, collective="allreduce"):
 
 
 def peer_killed_mid_stream(collective):
-    """Every rank loops on a 4 MiB `collective` (broadcast from rank 0, or
+    """Every rank loops on a 2 MiB `collective` (broadcast from rank 0, or
     allgather), which after its first call streams through the fast lane's
     ring; a thread of rank 1 kills its process 0.2 s in, most likely while
     the others wait inside a stream for its chunks or for room in the ring."""
     hvd.init()
-    x = np.ones(1 << 20, np.float32)
+    x = np.ones(1 << 19, np.float32)
     if collective == "broadcast":
         def call(name):
             hvd.broadcast_(x, 0, name=name)

@@ -226,11 +226,11 @@ def broadcasts_in_the_lane(rounds=3):
 
 
 # Above the lane's 32 KiB payload a broadcast or allgather piece streams
-# through the lane's ring (1 MiB, in chunks of up to 64 KiB) up to 4 MiB:
+# through the lane's ring (1 MiB, in chunks of up to 64 KiB) up to 2 MiB:
 # sizes that end inside a chunk, one that wraps the ring within a call, the
 # limit itself, and one element more (negotiated every time).
-STREAMED = [("float32", 8459), ("uint8", 200001), ("float64", 170001), ("float32", 1 << 20)]
-ABOVE_STREAMING = ("float32", (1 << 20) + 1)
+STREAMED = [("float32", 8459), ("uint8", 200001), ("float64", 170001), ("float32", 1 << 19)]
+ABOVE_STREAMING = ("float32", (1 << 19) + 1)
 
 
 def streamed_broadcasts_and_allgathers(rounds=4):
