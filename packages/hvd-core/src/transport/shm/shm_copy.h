@@ -11,7 +11,9 @@ namespace hvd {
 // than plain vector loads and stores for the arena's copies between
 // processes: a 1 MiB broadcast's copy into the arena took 87 us instead of
 // 33 us (docs/benchmarks.md, "Broadcasts and allgathers streamed through the
-// lane"). So from 2 KiB this copies with 32-byte (AVX2, when the CPU has it)
+// lane"; in the VM's slow minutes, when its two CPUs are far apart, memcpy
+// was as fast or faster, but every copy between the CPUs is slow then). So
+// from 2 KiB this copies with 32-byte (AVX2, when the CPU has it)
 // or 16-byte vectors, stores aligned; below, and off x86-64, it is memcpy.
 // HVD_SHM_COPY=memcpy (read once) makes it memcpy throughout, for
 // measurements.
