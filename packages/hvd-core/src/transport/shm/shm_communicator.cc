@@ -1142,14 +1142,15 @@ void ShmCommunicator::lane_stream(const void* input, void* output, size_t bytes,
   auto chunk_bytes = [&](uint64_t c) { return std::min<size_t>(chunk, bytes - c * chunk); };
   const auto* in = static_cast<const unsigned char*>(input);
   auto* out = static_cast<unsigned char*>(output);
-  auto* own = out + (root < 0 ? static_cast<size_t>(rank_) * bytes : 0);  // where the writer's own bytes go
+  // Where `writer`'s bytes go.
+  auto output_of = [&](int writer) { return out + (root < 0 ? static_cast<size_t>(writer) * bytes : 0); };
   const bool writes = root < 0 || root == rank_;
   LaneArea* mine = lane(rank_);
   uint64_t wrote = writes ? 0 : chunks;
   // Chunks copied out of each writer's part; `consumed`: out of every one's.
   std::vector<uint64_t>& read = lane_read_;
   for (int m = 0; m < size_; ++m) read[m] = m == rank_ || (root >= 0 && m != root) ? chunks : 0;
-  uint64_t consumed = root == rank_ ? chunks : 0;
+  uint64_t consumed = *std::min_element(read.begin(), read.end());
   // Since when nothing moved (set at the first look at the clock after something did).
   Clock::time_point since = Clock::now(), last_peer_check = since;
   bool since_set = true, yielding = false;
@@ -1185,7 +1186,7 @@ void ShmCommunicator::lane_stream(const void* input, void* output, size_t bytes,
           watch = &lane(m)->stream_written;
           watched = v;
         }
-        unsigned char* to = out + (root < 0 ? static_cast<size_t>(m) * bytes : 0);
+        unsigned char* to = output_of(m);
         for (; read[m] < ready; ++read[m]) shm_copy(to + read[m] * chunk, at(m, read[m]), chunk_bytes(read[m]));
       }
       const uint64_t now_consumed = *std::min_element(read.begin(), read.end());
@@ -1222,7 +1223,7 @@ void ShmCommunicator::lane_stream(const void* input, void* output, size_t bytes,
   }
   lane_ring_cursor_ += chunks;
   // The writer's own copy, off the readers' critical path.
-  if (writes && own != in) std::memcpy(own, in, bytes);
+  if (writes && output_of(rank_) != in) std::memcpy(output_of(rank_), in, bytes);
 }
 
 size_t ShmCommunicator::lane_ring_part(bool allgather) const {
