@@ -857,6 +857,61 @@ HVD_TEST(adasum_gives_identical_vectors_back_and_sums_orthogonal_ones) {
   expect_adasum_closed_forms(Transport::kShm, 3, DataType::kFloat16);
 }
 
+// Large lane broadcasts and allgathers that the members read out of the
+// writers' processes (HVD_SHM_LANE_BROADCAST=read): every member ends with
+// the root's bytes (every member's, in member order), in place and out of
+// place, the inputs untouched, and every call was read, not streamed. With
+// reads refused to every member but 0 (HVD_SHM_SINGLE_COPY=deny-for-tests),
+// the first call that could not be read streams instead, and every later
+// one too.
+HVD_TEST(shm_lane_broadcasts_and_allgathers_read_out_of_the_writers_exactly) {
+  for (const char* single_copy : {"1", "deny-for-tests"}) {
+    for (int size : {2, 3}) {
+      setenv("HVD_SHM_LANE_BROADCAST", "read", 1);
+      setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);
+      run_world(Transport::kShm, size, 30.0, [&](Communicator& comm, int me) {
+        auto* shm = dynamic_cast<ShmCommunicator*>(&comm);
+        EXPECT_TRUE(shm != nullptr);
+        uint64_t occurrence = 0;
+        auto value = [&](int member, size_t i) {
+          return static_cast<unsigned char>(i * 7 + member * 31 + occurrence * 13 + (i >> 12));
+        };
+        auto expect_exact = [&](const unsigned char* got, size_t bytes, int member) {
+          bool exact = true;
+          for (size_t i = 0; i < bytes && exact; ++i) exact = got[i] == value(member, i);
+          EXPECT_TRUE(exact);
+        };
+        for (size_t bytes : {size_t{40000}, size_t{1} << 20, ShmCommunicator::kLaneStreamBytes}) {
+          // root -1: an allgather.
+          for (int root = -1; root < size; ++root) {
+            for (bool in_place : {false, true}) {
+              if (root < 0 && in_place) continue;
+              ++occurrence;
+              std::vector<unsigned char> input(bytes), output(root < 0 ? bytes * size : bytes, 0xEE);
+              for (size_t i = 0; i < bytes; ++i) input[i] = value(me, i);
+              const std::vector<unsigned char> kept = input;
+              void* out = in_place ? input.data() : output.data();
+              const auto outcome =
+                  root < 0 ? shm->lane_allgather(1, occurrence, input.data(), out, bytes, std::chrono::seconds(10))
+                           : shm->lane_broadcast(2, occurrence, input.data(), out, bytes, root,
+                                                 std::chrono::seconds(10));
+              EXPECT_TRUE(outcome == ShmCommunicator::LaneOutcome::kDone);
+              for (int m = 0; m < (root < 0 ? size : 1); ++m) {
+                expect_exact(static_cast<const unsigned char*>(out) + m * bytes, bytes, root < 0 ? m : root);
+              }
+              if (!in_place) EXPECT_TRUE(input == kept);
+            }
+          }
+        }
+        const uint64_t calls = 3 * (static_cast<uint64_t>(size) * 2 + 1);
+        EXPECT_EQ(shm->lane_reads(), std::strcmp(single_copy, "1") == 0 ? calls : uint64_t{0});
+      });
+      unsetenv("HVD_SHM_LANE_BROADCAST");
+      unsetenv("HVD_SHM_SINGLE_COPY");
+    }
+  }
+}
+
 // shm_copy switches from memcpy to its vector loop at 2 KiB and aligns the
 // destination first: every size around the switch and the loops' block
 // sizes, from and to every kind of misalignment, must copy exactly the

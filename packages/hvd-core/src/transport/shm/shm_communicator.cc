@@ -136,6 +136,9 @@ constexpr size_t kLaneChunkBytes = 64 * 1024;
 constexpr size_t kLaneMinChunkBytes = 16 * 1024;
 // Below this many bytes of ring per member an allgather is not streamed.
 constexpr size_t kLaneMinPartBytes = 4 * kLaneMinChunkBytes;
+// A member that takes the faster way for its large lane calls (stream or
+// read, lane_route_read) takes the other one every this many calls.
+constexpr uint64_t kLaneRouteRetryEvery = 64;
 
 using Clock = std::chrono::steady_clock;
 
@@ -237,6 +240,7 @@ struct ShmCommunicator::LaneArea {
   alignas(64) std::atomic<uint64_t> state;
   std::atomic<uint64_t> key;
   std::atomic<uint64_t> occurrence;
+  std::atomic<uint64_t> source;  // lane_read's address in this member's process (0: none)
   // Lane calls this member completed. A member's slot may be reused once
   // every member completed the call it was published for.
   alignas(64) std::atomic<uint64_t> completed;
@@ -247,6 +251,15 @@ struct ShmCommunicator::LaneArea {
   // the ring, and chunks it has copied out of every writer's part of it.
   alignas(64) std::atomic<uint64_t> stream_written;
   alignas(64) std::atomic<uint64_t> stream_consumed;
+  // A large lane call read out of the writers' processes (lane_read):
+  // tagged like the stream's counts, 1 when this member read what it
+  // receives, 2 when it could not.
+  alignas(64) std::atomic<uint64_t> read_status;
+  // When this member began and finished receiving the last large lane
+  // broadcast or allgather (steady clock, which all processes share): the
+  // deciding member's timing (lane_move).
+  std::atomic<int64_t> receive_began;
+  std::atomic<int64_t> received_at;
 };
 
 namespace {
@@ -421,6 +434,11 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   }
   single_copy_ = header_->single_copy != 0;
   single_copy_allreduce_ = header_->members_spin != 0;
+  if (const char* route = std::getenv("HVD_SHM_LANE_BROADCAST")) {
+    lane_route_ = std::strcmp(route, "stream") == 0 ? LaneRoute::kStream
+                  : std::strcmp(route, "read") == 0 ? LaneRoute::kRead
+                                                    : LaneRoute::kAdaptive;
+  }
   lane_seen_.resize(static_cast<size_t>(size_));
   lane_inputs_.resize(static_cast<size_t>(size_));
   lane_read_.resize(static_cast<size_t>(size_));
@@ -1060,16 +1078,134 @@ void ShmCommunicator::set_lane_joined(bool joined) {
   if (header_ != nullptr) lane(rank_)->joined.store(joined ? 1 : 0, std::memory_order_release);
 }
 
-bool ShmCommunicator::lane_slot_free(Clock::time_point until) {
-  for (;;) {
-    bool all = true;
-    for (int m = 0; m < size_ && all; ++m) {
-      all = lane(m)->completed.load(std::memory_order_acquire) >= lane_completed_;
+template <typename Ready>
+void ShmCommunicator::lane_wait(Ready ready, const char* op, const char* what) {
+  if (ready()) return;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last_peer_check = start;
+  bool yielding = !spin_;
+  for (uint64_t polls = 1; !ready(); ++polls) {
+    if (!yielding) {
+      cpu_pause();
+      if ((polls & 63) != 0) continue;
+    } else {
+      sched_yield();
     }
-    if (all) return true;
-    if (Clock::now() > until) return false;
-    sched_yield();  // a member still reducing our last call's inputs: it needs its CPU
+    const Clock::time_point now = Clock::now();
+    yielding = yielding || now - start > kSpinBeforeYield;  // a member this late has most likely lost its CPU
+    if (now - last_peer_check < kPeerCheckInterval) continue;
+    last_peer_check = now;
+    check_abort(op);
+    check_peers(UINT64_MAX, op);
+    if (now - start > std::chrono::duration<double>(options_.timeout_seconds)) {
+      fail(op, "no progress for " + std::to_string(options_.timeout_seconds) + " s: " + what);
+    }
   }
+}
+
+void ShmCommunicator::lane_slot_free(const char* op) {
+  lane_wait(
+      [&] {
+        for (int m = 0; m < size_; ++m) {
+          if (lane(m)->completed.load(std::memory_order_acquire) < lane_completed_) return false;
+        }
+        return true;
+      },
+      op, "a member never finished the last lane call");
+  if (lane_route_pending_.bytes != 0) {
+    // Our last lane call was a large one we chose the way for, and every
+    // member has received it now: it took as long as the slowest receiver,
+    // counted from when its data could begin to move (through the ring, not
+    // before the writers had begun: the root, or every member).
+    const LaneRoutePending& p = lane_route_pending_;
+    auto at = [](const std::atomic<int64_t>& t) {
+      return Clock::time_point(Clock::duration(t.load(std::memory_order_relaxed)));
+    };
+    Clock::time_point writers_began{};
+    for (int m = 0; m < size_; ++m) {
+      if (p.root < 0 || m == p.root) writers_began = std::max(writers_began, at(lane(m)->receive_began));
+    }
+    Clock::duration took{};
+    for (int m = 0; m < size_; ++m) {
+      if (m == p.root) continue;
+      const Clock::time_point began = at(lane(m)->receive_began);
+      took = std::max(took, at(lane(m)->received_at) - (p.read ? began : std::max(began, writers_began)));
+    }
+    auto& samples = lane_route_cost_[p.root < 0][lane_size_class(p.bytes)][p.read];
+    std::rotate(samples.begin(), samples.begin() + 1, samples.end());  // the oldest out
+    samples.back() = std::max(1e-3, std::chrono::duration<double, std::nano>(took).count() / static_cast<double>(p.bytes));
+    lane_route_pending_.bytes = 0;
+  }
+}
+
+size_t ShmCommunicator::lane_size_class(size_t bytes) {
+  size_t c = 0;
+  for (size_t b = (bytes - 1) >> 16; b != 0 && c + 1 < kLaneSizeClasses; b >>= 1) ++c;
+  return c;
+}
+
+bool ShmCommunicator::lane_route_read(size_t bytes, bool allgather) {
+  if (lane_read_refused_ || !single_copy_ || lane_route_ == LaneRoute::kStream) return false;
+  if (lane_route_ == LaneRoute::kRead) return true;
+  const auto& cost = lane_route_cost_[allgather][lane_size_class(bytes)];
+  auto least = [](const std::array<double, kLaneRouteSamples>& samples) {
+    return *std::min_element(samples.begin(), samples.end());
+  };
+  // Measure both ways first (a way's samples start at 0, the least of them
+  // stays 0 until it has all of them), then take the faster, and now and then
+  // the slower, whose time may have changed since.
+  const double stream = least(cost[0]), read = least(cost[1]);
+  if (stream == 0 || read == 0) return stream != 0;
+  const bool faster = read < stream;
+  return ++lane_route_calls_ % kLaneRouteRetryEvery == 0 ? !faster : faster;
+}
+
+void ShmCommunicator::lane_move(const void* input, void* output, size_t bytes, int root, const char* op) {
+  const Clock::time_point began = Clock::now();
+  const int decider = root >= 0 ? root : 0;
+  const bool read = lane(decider)->source.load(std::memory_order_relaxed) != 0 && lane_read(input, output, bytes, root, op);
+  if (!read) lane_stream(input, output, bytes, root, op);
+  LaneArea* mine = lane(rank_);
+  mine->receive_began.store(began.time_since_epoch().count(), std::memory_order_relaxed);
+  mine->received_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (rank_ == decider) lane_route_pending_ = {began, bytes, root, read};
+}
+
+bool ShmCommunicator::lane_read(const void* input, void* output, size_t bytes, int root, const char* op) {
+  // Every member committed to this call, so each counts it alike.
+  const uint64_t tag = (lane_completed_ + 1) << 32;
+  auto* out = static_cast<unsigned char*>(output);
+  auto output_of = [&](int writer) { return out + (root < 0 ? static_cast<size_t>(writer) * bytes : 0); };
+  int error = 0;
+  for (int m = 0; m < size_ && error == 0; ++m) {
+    if (m == rank_ || (root >= 0 && m != root)) continue;
+    error = read_member_memory(m, lane(m)->source.load(std::memory_order_relaxed), output_of(m), bytes);
+    if (error != 0) {
+      HVD_LOG(kInfo, "shm: " << member_name(rank_) << " cannot read " << member_name(m) << "'s memory ("
+                             << std::strerror(error) << "); large lane calls stream through the arena instead");
+    }
+  }
+  // A writer's own piece, while the others read.
+  if ((root < 0 || root == rank_) && output_of(rank_) != input) std::memcpy(output_of(rank_), input, bytes);
+  lane(rank_)->read_status.store(tag | (error == 0 ? 1 : 2), std::memory_order_release);
+  // No writer's buffer may change until every member has read it; if one
+  // could not, every member sees that and the caller streams instead.
+  bool all_read = error == 0;
+  lane_wait(
+      [&] {
+        all_read = error == 0;
+        for (int m = 0; m < size_; ++m) {
+          if (m == rank_) continue;
+          const uint64_t v = lane(m)->read_status.load(std::memory_order_acquire);
+          if ((v & ~0xffffffffULL) != tag) return false;
+          all_read = all_read && (v & 0xffffffffULL) == 1;
+        }
+        return true;
+      },
+      op, "a member never said whether it had read the others' buffers");
+  if (all_read) ++lane_reads_;
+  lane_read_refused_ = lane_read_refused_ || !all_read;
+  return all_read;
 }
 
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_allreduce(uint64_t key, uint64_t occurrence, const void* input,
@@ -1088,8 +1224,11 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_broadcast(uint64_t key, uint6
   if (root < 0 || root >= size_) return LaneOutcome::kBusy;
   if (bytes > kLanePayloadBytes) {
     if (!lane_streams(bytes, false)) return LaneOutcome::kBusy;
-    return lane_run(key, occurrence, nullptr, bytes, wait, "broadcast (fast lane)",
-                    [&] { lane_stream(input, output, bytes, root, "broadcast (fast lane)"); });
+    const bool read = rank_ == root && lane_route_read(bytes, false);
+    return lane_run(
+        key, occurrence, nullptr, bytes, wait, "broadcast (fast lane)",
+        [&] { lane_move(input, output, bytes, root, "broadcast (fast lane)"); },
+        read ? reinterpret_cast<uint64_t>(input) : 0);
   }
   // Only the root's payload is read: the others publish the call alone.
   return lane_run(key, occurrence, rank_ == root ? input : nullptr, bytes, wait, "broadcast (fast lane)", [&] {
@@ -1102,8 +1241,12 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_allgather(uint64_t key, uint6
                                                              void* output, size_t bytes, Clock::duration wait) {
   if (bytes > kLanePayloadBytes) {
     if (!lane_streams(bytes, true)) return LaneOutcome::kBusy;
-    return lane_run(key, occurrence, nullptr, bytes, wait, "allgather (fast lane)",
-                    [&] { lane_stream(input, output, bytes, -1, "allgather (fast lane)"); });
+    // Member 0 chooses the way; the others publish their buffers in case it reads.
+    const bool read = rank_ != 0 || lane_route_read(bytes, true);
+    return lane_run(
+        key, occurrence, nullptr, bytes, wait, "allgather (fast lane)",
+        [&] { lane_move(input, output, bytes, -1, "allgather (fast lane)"); },
+        read ? reinterpret_cast<uint64_t>(input) : 0);
   }
   return lane_run(key, occurrence, input, bytes, wait, "allgather (fast lane)", [&] {
     auto* out = static_cast<unsigned char*>(output);
@@ -1237,7 +1380,7 @@ bool ShmCommunicator::lane_streams(size_t bytes, bool allgather) const {
 template <typename Finish>
 ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t occurrence, const void* payload,
                                                        size_t bytes, Clock::duration wait, const char* op,
-                                                       Finish finish) {
+                                                       Finish finish, uint64_t source) {
   if (header_ == nullptr || bytes == 0 || (payload != nullptr && bytes > kLanePayloadBytes)) return LaneOutcome::kBusy;
   if (lane_in_use_.exchange(true, std::memory_order_acquire)) return LaneOutcome::kBusy;
   struct InUse {
@@ -1248,9 +1391,9 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t oc
   for (int m = 0; m < size_; ++m) {
     if (lane(m)->joined.load(std::memory_order_acquire) != 0) return LaneOutcome::kBusy;
   }
+  lane_slot_free(op);
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + wait;
-  if (!lane_slot_free(deadline)) return LaneOutcome::kBusy;
 
   LaneArea* mine = lane(rank_);
   const uint64_t publication = ++lane_publication_;
@@ -1261,6 +1404,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t oc
   std::atomic_thread_fence(std::memory_order_release);
   mine->key.store(key, std::memory_order_relaxed);
   mine->occurrence.store(occurrence, std::memory_order_relaxed);
+  mine->source.store(source, std::memory_order_relaxed);
   if (payload != nullptr) shm_copy(mine->data, payload, bytes);
   mine->state.store(publication << 2 | kLanePublished, std::memory_order_release);
 

@@ -3,6 +3,7 @@
 // futexes inside the arena.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -93,6 +94,9 @@ class ShmCommunicator : public Communicator {
                                  std::chrono::steady_clock::duration wait);
   // This member is in hvd.join(): the others stop waiting for it in the lane.
   void set_lane_joined(bool joined);
+  // Large lane broadcasts and allgathers this member took part in that were
+  // read out of the writers' processes rather than streamed (tests).
+  uint64_t lane_reads() const { return lane_reads_; }
 
  private:
   // Waits until every member has arrived at the next step. Data written into
@@ -136,24 +140,48 @@ class ShmCommunicator : public Communicator {
   // single-copy collectives off for good, all at the same call.
   bool agree_on_single_copy(int error, const char* op);
   LaneArea* lane(int member) const;
-  // Waits up to `until` for every member to have completed lane_completed_
-  // calls; false when one has not (it may still read our slot).
-  bool lane_slot_free(std::chrono::steady_clock::time_point until);
+  // Waits until every member has completed lane_completed_ calls (one may
+  // still be reading our slot or the ring). Each committed to those calls, so
+  // each finishes them unless it died or froze: the wait ends in an error
+  // then, not in a fallback.
+  void lane_slot_free(const char* op);
+  // Waits until ready() holds: spins (members that spin), yields after
+  // kSpinBeforeYield, and every kPeerCheckInterval checks the abort flag and
+  // the peers' processes; fails naming `what` after the peer timeout.
+  template <typename Ready>
+  void lane_wait(Ready ready, const char* op, const char* what);
   // The streamed part of a lane call every member committed to: `root`'s
   // `bytes` of `input` into every other member's `output` (root >= 0), or
   // every member's `bytes` into `output` in member order (root < 0).
   void lane_stream(const void* input, void* output, size_t bytes, int root, const char* op);
+  // The part of a large lane broadcast (root >= 0) or allgather (root < 0)
+  // past the commit: streamed through the ring (lane_stream), or, when the
+  // member that chooses (the root; member 0 for an allgather) published its
+  // buffer's address, read out of the writers' processes (lane_read). Which
+  // is faster changes with the machine's moment (on the AMD EPYC VM the
+  // stream was 2-3x faster in some minutes and 2x slower in others), so the
+  // chooser times its calls both ways (lane_route_*).
+  void lane_move(const void* input, void* output, size_t bytes, int root, const char* op);
+  // Every member reads what it receives out of the writers' processes
+  // (process_vm_readv from their published `source`), then waits until all
+  // have, so that no writer's buffer changes while read. False when a member
+  // could not read; every member then knows, and streams instead.
+  bool lane_read(const void* input, void* output, size_t bytes, int root, const char* op);
+  // The chooser's way for its next large call: read (true) or stream.
+  bool lane_route_read(size_t bytes, bool allgather);
+  static size_t lane_size_class(size_t bytes);  // (32 KiB, 64 KiB]: 0, each next one twice as large
   // Whether a lane broadcast (or allgather piece) of `bytes` can be streamed,
   // and the part of the ring each writer streams through.
   bool lane_streams(size_t bytes, bool allgather) const;
   size_t lane_ring_part(bool allgather) const;
   // One lane call: publishes (key, occurrence) with `payload` (nullptr:
-  // nothing the others read, or a payload streamed by `finish`), and once
-  // every member has committed to the same call runs `finish` (reading the
-  // members' published payloads).
+  // nothing the others read, or a payload streamed by `finish`) and `source`
+  // (lane_read's; 0: none), and once every member has committed to the
+  // same call runs `finish` (reading the members' published payloads).
   template <typename Finish>
   LaneOutcome lane_run(uint64_t key, uint64_t occurrence, const void* payload, size_t bytes,
-                       std::chrono::steady_clock::duration wait, const char* op, Finish finish);
+                       std::chrono::steady_clock::duration wait, const char* op, Finish finish,
+                       uint64_t source = 0);
   // Scratch of lane_allreduce, one entry per member (one lane call at a time).
   std::vector<uint64_t> lane_seen_;
   std::vector<const void*> lane_inputs_;
@@ -162,6 +190,28 @@ class ShmCommunicator : public Communicator {
   uint64_t lane_publication_ = 0;
   uint64_t lane_completed_ = 0;
   std::atomic<bool> lane_in_use_{false};
+  // HVD_SHM_LANE_BROADCAST (internal, for tests and A/B measurements):
+  // kAdaptive, or always stream / always read.
+  enum class LaneRoute { kAdaptive, kStream, kRead } lane_route_ = LaneRoute::kAdaptive;
+  bool lane_read_refused_ = false;  // a member could not read another's buffer: stream from now on
+  // What this member's large lane calls took per byte, for broadcasts [0]
+  // and allgathers [1], per size class, streamed [0] and read [1]: the least
+  // of the last kLaneRouteSamples calls each way (a preempted call only ever
+  // looks slower), 0 where not measured yet.
+  static constexpr int kLaneRouteSamples = 4;
+  static constexpr size_t kLaneSizeClasses = 8;
+  std::array<std::array<std::array<std::array<double, kLaneRouteSamples>, 2>, kLaneSizeClasses>, 2>
+      lane_route_cost_{};
+  uint64_t lane_route_calls_ = 0;
+  // This member's last lane call, when it chose the way for it: timed at
+  // the next one, once every member has received it (lane_slot_free).
+  struct LaneRoutePending {
+    std::chrono::steady_clock::time_point began;
+    size_t bytes = 0;  // 0: nothing to time
+    int root = -1;     // -1: an allgather
+    bool read = false;
+  } lane_route_pending_;
+  uint64_t lane_reads_ = 0;  // large lane calls read out of the writers' processes
 
   CommOptions options_;
   std::string shm_name_;
