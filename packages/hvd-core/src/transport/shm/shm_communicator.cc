@@ -137,7 +137,8 @@ constexpr size_t kLaneMinChunkBytes = 16 * 1024;
 // Below this many bytes of ring per member an allgather is not streamed.
 constexpr size_t kLaneMinPartBytes = 4 * kLaneMinChunkBytes;
 // A member that takes the faster way for its large lane calls (stream or
-// read, lane_route_read) takes the other one every this many calls.
+// read, lane_route_read) tries the other one for a run of calls every this
+// many runs.
 constexpr uint64_t kLaneRouteRetryEvery = 64;
 
 using Clock = std::chrono::steady_clock;
@@ -1131,7 +1132,7 @@ void ShmCommunicator::lane_slot_free(const char* op) {
       const Clock::time_point began = at(lane(m)->receive_began);
       took = std::max(took, at(lane(m)->received_at) - (p.read ? began : std::max(began, writers_began)));
     }
-    auto& samples = lane_route_cost_[p.root < 0][lane_size_class(p.bytes)][p.read];
+    auto& samples = lane_route_times_[p.root < 0][lane_size_class(p.bytes)].cost[p.read];
     std::rotate(samples.begin(), samples.begin() + 1, samples.end());  // the oldest out
     samples.back() = std::max(1e-3, std::chrono::duration<double, std::nano>(took).count() / static_cast<double>(p.bytes));
     lane_route_pending_.bytes = 0;
@@ -1147,17 +1148,26 @@ size_t ShmCommunicator::lane_size_class(size_t bytes) {
 bool ShmCommunicator::lane_route_read(size_t bytes, bool allgather) {
   if (lane_read_refused_ || !single_copy_ || lane_route_ == LaneRoute::kStream) return false;
   if (lane_route_ == LaneRoute::kRead) return true;
-  const auto& cost = lane_route_cost_[allgather][lane_size_class(bytes)];
+  LaneRouteTimes& times = lane_route_times_[allgather][lane_size_class(bytes)];
   auto least = [](const std::array<double, kLaneRouteSamples>& samples) {
     return *std::min_element(samples.begin(), samples.end());
   };
-  // Measure both ways first (a way's samples start at 0, the least of them
-  // stays 0 until it has all of them), then take the faster, and now and then
-  // the slower, whose time may have changed since.
-  const double stream = least(cost[0]), read = least(cost[1]);
-  if (stream == 0 || read == 0) return stream != 0;
-  const bool faster = read < stream;
-  return ++lane_route_calls_ % kLaneRouteRetryEvery == 0 ? !faster : faster;
+  // A run of calls each way first, then the faster way, except for a run of
+  // the slower way every kLaneRouteRetryEvery runs: its time may have
+  // changed since. Judged by the best of a run's last calls, because the
+  // first ones after a switch find the ring (or the buffers read) cold: a
+  // 128 KiB allgather streamed right after reads took 1.5-4x its time in a
+  // run of streams, until the ring had been passed once. A run passes the
+  // ring twice, and has at least kLaneRouteSamples calls.
+  const uint64_t run = std::max<uint64_t>(kLaneRouteSamples, 2 * lane_ring_part(allgather) / bytes);
+  const uint64_t call = times.calls++;
+  const double stream = least(times.cost[0]), read = least(times.cost[1]);
+  if (call < run) return false;
+  // A way's samples start at 0; the least of them stays 0 until it has all.
+  if (call < 2 * run || read == 0) return true;
+  const uint64_t retry = (call - 2 * run) % (kLaneRouteRetryEvery * run);
+  if (retry == 0) times.retrying = read >= stream;
+  return retry < run ? times.retrying : read < stream;
 }
 
 void ShmCommunicator::lane_move(const void* input, void* output, size_t bytes, int root, const char* op) {

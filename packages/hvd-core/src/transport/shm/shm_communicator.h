@@ -197,12 +197,17 @@ class ShmCommunicator : public Communicator {
   // What this member's large lane calls took per byte, for broadcasts [0]
   // and allgathers [1], per size class, streamed [0] and read [1]: the least
   // of the last kLaneRouteSamples calls each way (a preempted call only ever
-  // looks slower), 0 where not measured yet.
+  // looks slower, and the first call after a switch runs on cold caches), 0
+  // where not measured yet; `calls` counts the choices, `retrying` is the
+  // way of the current run of retries (lane_route_read).
   static constexpr int kLaneRouteSamples = 4;
   static constexpr size_t kLaneSizeClasses = 8;
-  std::array<std::array<std::array<std::array<double, kLaneRouteSamples>, 2>, kLaneSizeClasses>, 2>
-      lane_route_cost_{};
-  uint64_t lane_route_calls_ = 0;
+  struct LaneRouteTimes {
+    std::array<std::array<double, kLaneRouteSamples>, 2> cost{};
+    uint64_t calls = 0;
+    bool retrying = false;
+  };
+  std::array<std::array<LaneRouteTimes, kLaneSizeClasses>, 2> lane_route_times_{};
   // This member's last lane call, when it chose the way for it: timed at
   // the next one, once every member has received it (lane_slot_free).
   struct LaneRoutePending {
