@@ -1113,30 +1113,34 @@ void ShmCommunicator::lane_slot_free(const char* op) {
         return true;
       },
       op, "a member never finished the last lane call");
-  if (lane_route_pending_.bytes != 0) {
-    // Our last lane call was a large one we chose the way for, and every
-    // member has received it now: it took as long as the slowest receiver,
-    // counted from when its data could begin to move (through the ring, not
-    // before the writers had begun: the root, or every member).
-    const LaneRoutePending& p = lane_route_pending_;
-    auto at = [](const std::atomic<int64_t>& t) {
-      return Clock::time_point(Clock::duration(t.load(std::memory_order_relaxed)));
-    };
-    Clock::time_point writers_began{};
-    for (int m = 0; m < size_; ++m) {
-      if (p.root < 0 || m == p.root) writers_began = std::max(writers_began, at(lane(m)->receive_began));
-    }
-    Clock::duration took{};
-    for (int m = 0; m < size_; ++m) {
-      if (m == p.root) continue;
-      const Clock::time_point began = at(lane(m)->receive_began);
-      took = std::max(took, at(lane(m)->received_at) - (p.read ? began : std::max(began, writers_began)));
-    }
-    auto& samples = lane_route_times_[p.root < 0][lane_size_class(p.bytes)].cost[p.read];
-    std::rotate(samples.begin(), samples.begin() + 1, samples.end());  // the oldest out
-    samples.back() = std::max(1e-3, std::chrono::duration<double, std::nano>(took).count() / static_cast<double>(p.bytes));
-    lane_route_pending_.bytes = 0;
+}
+
+void ShmCommunicator::lane_route_settle() {
+  if (lane_route_pending_.bytes == 0) return;
+  // Our last lane call was a large one we chose the way for, and every
+  // member has received it now (lane_slot_free): it took as long as the
+  // slowest receiver, counted from when its data could begin to move
+  // (through the ring, not before the writers had begun: the root, or every
+  // member).
+  const LaneRoutePending& p = lane_route_pending_;
+  auto at = [](const std::atomic<int64_t>& t) {
+    return Clock::time_point(Clock::duration(t.load(std::memory_order_relaxed)));
+  };
+  Clock::time_point writers_began{};
+  for (int m = 0; m < size_; ++m) {
+    if (p.root < 0 || m == p.root) writers_began = std::max(writers_began, at(lane(m)->receive_began));
   }
+  Clock::duration took{};
+  for (int m = 0; m < size_; ++m) {
+    if (m == p.root) continue;
+    const Clock::time_point began = at(lane(m)->receive_began);
+    took = std::max(took, at(lane(m)->received_at) - (p.read ? began : std::max(began, writers_began)));
+  }
+  auto& samples = lane_route_times_[p.root < 0][lane_size_class(p.bytes)].cost[p.read];
+  std::rotate(samples.begin(), samples.begin() + 1, samples.end());  // the oldest out
+  const double ns = std::chrono::duration<double, std::nano>(took).count();
+  samples.back() = std::max(1e-3, ns / static_cast<double>(p.bytes));
+  lane_route_pending_.bytes = 0;
 }
 
 size_t ShmCommunicator::lane_size_class(size_t bytes) {
@@ -1173,7 +1177,8 @@ bool ShmCommunicator::lane_route_read(size_t bytes, bool allgather) {
 void ShmCommunicator::lane_move(const void* input, void* output, size_t bytes, int root, const char* op) {
   const Clock::time_point began = Clock::now();
   const int decider = root >= 0 ? root : 0;
-  const bool read = lane(decider)->source.load(std::memory_order_relaxed) != 0 && lane_read(input, output, bytes, root, op);
+  const bool read =
+      lane(decider)->source.load(std::memory_order_relaxed) != 0 && lane_read(input, output, bytes, root, op);
   if (!read) lane_stream(input, output, bytes, root, op);
   LaneArea* mine = lane(rank_);
   mine->receive_began.store(began.time_since_epoch().count(), std::memory_order_relaxed);
@@ -1402,6 +1407,7 @@ ShmCommunicator::LaneOutcome ShmCommunicator::lane_run(uint64_t key, uint64_t oc
     if (lane(m)->joined.load(std::memory_order_acquire) != 0) return LaneOutcome::kBusy;
   }
   lane_slot_free(op);
+  lane_route_settle();
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + wait;
 

@@ -167,8 +167,10 @@ class ShmCommunicator : public Communicator {
   // have, so that no writer's buffer changes while read. False when a member
   // could not read; every member then knows, and streams instead.
   bool lane_read(const void* input, void* output, size_t bytes, int root, const char* op);
-  // The chooser's way for its next large call: read (true) or stream.
+  // The chooser's way for its next large call: read (true) or stream; and
+  // the time of its last one, once every member has it (lane_route_pending_).
   bool lane_route_read(size_t bytes, bool allgather);
+  void lane_route_settle();
   static size_t lane_size_class(size_t bytes);  // (32 KiB, 64 KiB]: 0, each next one twice as large
   // Whether a lane broadcast (or allgather piece) of `bytes` can be streamed,
   // and the part of the ring each writer streams through.
@@ -209,7 +211,7 @@ class ShmCommunicator : public Communicator {
   };
   std::array<std::array<LaneRouteTimes, kLaneSizeClasses>, 2> lane_route_times_{};
   // This member's last lane call, when it chose the way for it: timed at
-  // the next one, once every member has received it (lane_slot_free).
+  // the next one, once every member has received it (lane_route_settle).
   struct LaneRoutePending {
     std::chrono::steady_clock::time_point began;
     size_t bytes = 0;  // 0: nothing to time
