@@ -38,9 +38,32 @@ def _batches(size, step):
     return x, y
 
 
+class ElementwiseDense(mx.gluon.HybridBlock):
+    """A dense layer of elementwise products and a sum.
+
+    MXNet runs bfloat16 FullyConnected and dot only through oneDNN kernels
+    that need AVX-512 ("could not create a primitive descriptor iterator"
+    on an AVX2 CPU); its elementwise operators take bfloat16 on any x86 CPU.
+    """
+
+    def __init__(self, units, in_units, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        assert activation in (None, "tanh"), activation
+        self._tanh = activation == "tanh"
+        with self.name_scope():
+            self.weight = self.params.get("weight", shape=(units, in_units))
+            self.bias = self.params.get("bias", shape=(units,), init="zeros")
+
+    def hybrid_forward(self, F, x, weight, bias):
+        products = F.broadcast_mul(F.expand_dims(x, axis=1), F.expand_dims(weight, axis=0))
+        out = F.broadcast_add(F.sum(products, axis=2), F.expand_dims(bias, axis=0))
+        return F.tanh(out) if self._tanh else out
+
+
 def _gluon_net(dtype):
+    dense = ElementwiseDense if dtype == "bfloat16" else mx.gluon.nn.Dense
     net = mx.gluon.nn.HybridSequential()
-    net.add(mx.gluon.nn.Dense(8, activation="tanh", in_units=5), mx.gluon.nn.Dense(2, in_units=8))
+    net.add(dense(8, activation="tanh", in_units=5), dense(2, in_units=8))
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     if dtype == "bfloat16":
         net.cast(BF16)
