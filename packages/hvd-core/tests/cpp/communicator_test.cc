@@ -437,13 +437,17 @@ HVD_TEST(shm_large_broadcast_single_copy_and_slots_give_the_root_bytes) {
   ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
-// Allreduces of 2 MiB up to 8 MiB among spinning members on shm are a
+// Allreduces of 2 MiB up to 32 MiB among spinning members on shm are a
 // reduce-scatter and an allgather that read the other members' buffers out
 // of their processes (spinning forced, so that P=3 takes that path on 2
-// CPUs too); with
+// CPUs too) with HVD_SHM_SINGLE_COPY=1; with
 // HVD_SHM_SINGLE_COPY=0 they go through the slots, and with "deny-for-tests"
 // the first one finds that members other than 0 may not read, and every
 // member falls back to the slots together, before anyone wrote its output.
+// Unset ("auto"), member 0 times both ways and every member follows its
+// choice: a run of calls through the slots, one through the single copy,
+// then whichever was faster; there members call in place or out of place
+// independently (the route must not depend on it).
 // Every dtype and op, in place and out of place, counts that P does not
 // divide (uneven shares, each longer than one reduction chunk), back to back
 // with small allreduces and an allgather (each call's published addresses
@@ -455,19 +459,22 @@ HVD_TEST(shm_large_allreduce_single_copy_and_slots_match_the_reference) {
   const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt8,
                               DataType::kUInt8,   DataType::kBool,    DataType::kFloat16, DataType::kBFloat16};
   const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-  for (const char* single_copy : {"1", "0", "deny-for-tests"}) {
+  for (const char* single_copy : {"1", "auto", "0", "deny-for-tests"}) {
     ::setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);
+    const bool timed = std::strcmp(single_copy, "auto") == 0;
     for (int size : {2, 3}) {
       run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
         int round = 0;
+        int large_calls = 0;
         for (DataType dtype : kDtypes) {
-          const bool few = std::strcmp(single_copy, "1") != 0;
+          const bool few = std::strcmp(single_copy, "1") != 0 && !timed;
           if (few && dtype != DataType::kFloat32 && dtype != DataType::kFloat16 && dtype != DataType::kBool) continue;
           for (ReduceOp op : kOps) {
             if (dtype == DataType::kUInt8 && op == ReduceOp::kProduct) continue;  // the inputs have negative factors
             const size_t count = (size_t{2} << 20) / dtype_size(dtype) + 1 + 13 * static_cast<size_t>(round % 5);
-            const bool in_place = round % 2 == 0;
+            const bool in_place = (round + (timed ? me : 0)) % 2 == 0;
             ++round;
+            ++large_calls;
             std::vector<unsigned char> in(count * dtype_size(dtype));
             std::vector<unsigned char> out(in.size() + 1, 0xee);
             for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, op, dtype));
@@ -494,6 +501,16 @@ HVD_TEST(shm_large_allreduce_single_copy_and_slots_match_the_reference) {
               EXPECT_EQ(gathered.back(), static_cast<unsigned char>(size));
             }
           }
+        }
+        const uint64_t single = dynamic_cast<ShmCommunicator&>(comm).single_copy_allreduces();
+        if (std::strcmp(single_copy, "1") == 0) {
+          EXPECT_EQ(single, static_cast<uint64_t>(large_calls));
+        } else if (timed) {
+          // The first call and a run of four took the slots, the next run
+          // of four the single copy.
+          EXPECT_TRUE(single >= 4 && single <= static_cast<uint64_t>(large_calls - 5));
+        } else {
+          EXPECT_EQ(single, uint64_t{0});
         }
       }, [](CommOptions& options) { options.spin = true; });
     }

@@ -104,11 +104,16 @@ constexpr size_t kSingleCopyBroadcastMinBytes = 4 * 1024 * 1024;
 // the barriers it saves). On the AMD EPYC VM the benchmarks now run on, the
 // slots win from 8 MiB (allreduce_benchmark, three alternated rounds,
 // HVD_SHM_SINGLE_COPY=1 / =0, medians: 2 MiB 0.24 / 0.22 ms, 4 MiB 0.40 /
-// 0.43, 8 MiB 1.17 / 0.96, 16 MiB 2.9 / 2.15), so the window ends there.
+// 0.43, 8 MiB 1.17 / 0.96, 16 MiB 2.9 / 2.15), and in later sittings the
+// order changed from minute to minute (4 MiB in place, HVD_SHM_SINGLE_COPY=1
+// / =0: 0.60-1.95 / 0.37-0.44 ms in three alternated runs of the fourteenth
+// session, where earlier sittings had the single copy ahead). So inside the
+// window member 0 times both ways per size class and takes the faster one
+// (allreduce_route); outside it the slots won in every sitting.
 // Members that outnumber the CPUs keep to the slots: there the slots are
 // 1 MiB and the single copy gained nothing at P=4.
 constexpr size_t kSingleCopyAllreduceMinBytes = 2 * 1024 * 1024;
-constexpr size_t kSingleCopyAllreduceMaxBytes = 8 * 1024 * 1024;
+constexpr size_t kSingleCopyAllreduceMaxBytes = 32 * 1024 * 1024;
 // What allreduce_single_copy reduces at a time: each other member's part of
 // it is read into scratch that stays in the L2 cache for the reduction.
 constexpr size_t kSingleCopyReduceChunkBytes = 256 * 1024;
@@ -137,9 +142,10 @@ constexpr size_t kLaneMinChunkBytes = 16 * 1024;
 // Below this many bytes of ring per member an allgather is not streamed.
 constexpr size_t kLaneMinPartBytes = 4 * kLaneMinChunkBytes;
 // A member that takes the faster way for its large lane calls (stream or
-// read, lane_route_read) tries the other one for a run of calls every this
-// many runs.
-constexpr uint64_t kLaneRouteRetryEvery = 64;
+// read, lane_route_read) or large allreduces (single copy or slots,
+// allreduce_route) tries the other one for a run of calls every this many
+// runs.
+constexpr uint64_t kRouteRetryEvery = 64;
 
 using Clock = std::chrono::steady_clock;
 
@@ -221,7 +227,10 @@ struct ShmArenaHeader {
   uint64_t magic;
   uint32_t size;
   uint32_t slot_bytes;
-  uint32_t single_copy;  // member 0's HVD_SHM_SINGLE_COPY, which every member follows (2: deny-for-tests)
+  // Member 0's HVD_SHM_SINGLE_COPY, which every member follows: 0 never, 1
+  // always where it applies, 2 deny-for-tests, 3 (unset) large allreduces
+  // take the single copy or the slots as member 0 timed them faster.
+  uint32_t single_copy;
   // Whether member 0 spins (members no more than CPUs), which decides for
   // every member whether large allreduces may be single-copy: spin_ itself
   // may differ between members (their CPU affinity).
@@ -230,6 +239,10 @@ struct ShmArenaHeader {
   alignas(64) std::atomic<uint32_t> generation;
   std::atomic<uint32_t> sleepers;
   alignas(64) std::atomic<uint32_t> aborted_by;  // member index + 1, 0 while healthy
+  // Member 0's choices for large allreduces (allreduce_takes_single_copy):
+  // bit 2 * size class + parity of the class's call number is set when that
+  // call takes the single copy.
+  alignas(64) std::atomic<uint32_t> allreduce_routes;
 };
 
 // One member's part of the fast lane. Only the member itself writes it.
@@ -418,10 +431,11 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
     // every member but 0 acts as if reading another process's memory were
     // forbidden (as seccomp or ptrace restrictions make it in some containers).
     const char* single_copy = std::getenv("HVD_SHM_SINGLE_COPY");
-    header_->single_copy = single_copy == nullptr                              ? 1
-                           : std::strcmp(single_copy, "0") == 0                ? 0
-                           : std::strcmp(single_copy, "deny-for-tests") == 0 ? 2
-                                                                               : 1;
+    header_->single_copy = single_copy == nullptr || std::strcmp(single_copy, "auto") == 0 ? 3
+                           : std::strcmp(single_copy, "0") == 0                                 ? 0
+                           : std::strcmp(single_copy, "deny-for-tests") == 0                  ? 2
+                                                                                                : 1;
+    header_->allreduce_routes.store(0, std::memory_order_relaxed);
     header_->members_spin = spin_ ? 1 : 0;
     ShmMemberState* members = member_states(header_);
     for (int m = 0; m < size_; ++m) new (&members[m]) ShmMemberState();
@@ -435,6 +449,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   }
   single_copy_ = header_->single_copy != 0;
   single_copy_allreduce_ = header_->members_spin != 0;
+  single_copy_timed_ = header_->single_copy == 3;
   if (const char* route = std::getenv("HVD_SHM_LANE_BROADCAST")) {
     lane_route_ = std::strcmp(route, "stream") == 0 ? LaneRoute::kStream
                   : std::strcmp(route, "read") == 0 ? LaneRoute::kRead
@@ -663,14 +678,51 @@ bool ShmCommunicator::allreduce_scaled(const void* in, void* out, size_t count, 
   if (bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) {
     allreduce_small(in, out, count, dtype, op, scale);
   } else {
-    const bool single_copy = single_copy_ && single_copy_allreduce_ && bytes >= kSingleCopyAllreduceMinBytes &&
-                             bytes < kSingleCopyAllreduceMaxBytes;
-    if (!(single_copy && allreduce_single_copy(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(out),
-                                               count, dtype, op, scale))) {
+    const Clock::time_point began = Clock::now();
+    const int route = allreduce_route(bytes);
+    if (!(route > 0 && allreduce_single_copy(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(out),
+                                             count, dtype, op, scale))) {
       allreduce_pipelined(in, out, count, dtype, op, scale);
+    }
+    if (rank_ == 0 && route >= 0 && single_copy_timed_) {
+      const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
+      allreduce_route_times_[allreduce_size_class(bytes)].record(route > 0, std::max(1e-3, ns / bytes));
     }
   }
   return true;
+}
+
+size_t ShmCommunicator::allreduce_size_class(size_t bytes) {
+  static_assert(kSingleCopyAllreduceMaxBytes == kSingleCopyAllreduceMinBytes << kAllreduceSizeClasses);
+  size_t c = 0;
+  for (size_t b = bytes / kSingleCopyAllreduceMinBytes; b > 1; b >>= 1) ++c;
+  return c;
+}
+
+int ShmCommunicator::allreduce_route(size_t bytes) {
+  if (!single_copy_ || !single_copy_allreduce_ || bytes < kSingleCopyAllreduceMinBytes ||
+      bytes >= kSingleCopyAllreduceMaxBytes) {
+    return -1;
+  }
+  if (!single_copy_timed_) return 1;
+  // Every member counts the calls of each size class alike, and reads the
+  // route member 0 published for this one during the class's last call
+  // (before that call's last barrier). Member 0 now publishes the route for
+  // the next one under the other parity: every member reads this call's
+  // route before it reaches this call's first barrier, and the next call's
+  // after this call's last, which member 0 passes only after publishing.
+  const size_t c = allreduce_size_class(bytes);
+  const uint64_t call = allreduce_route_calls_[c]++;
+  const bool single = (header_->allreduce_routes.load(std::memory_order_acquire) >> (2 * c + (call & 1))) & 1;
+  if (rank_ == 0) {
+    const uint32_t next = 1u << (2 * c + ((call + 1) & 1));
+    if (allreduce_route_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery)) {
+      header_->allreduce_routes.fetch_or(next, std::memory_order_release);
+    } else {
+      header_->allreduce_routes.fetch_and(~next, std::memory_order_release);
+    }
+  }
+  return single ? 1 : 0;
 }
 
 // Member m reduces share m of the whole buffer, reading the other members'
@@ -750,6 +802,7 @@ bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned
                  output + share_begin(m) * esize, (share_end(m) - share_begin(m)) * esize);
   }
   step_barrier("allreduce");
+  ++single_copy_allreduces_;
   return true;
 }
 
@@ -1136,10 +1189,8 @@ void ShmCommunicator::lane_route_settle() {
     const Clock::time_point began = at(lane(m)->receive_began);
     took = std::max(took, at(lane(m)->received_at) - (p.read ? began : std::max(began, writers_began)));
   }
-  auto& samples = lane_route_times_[p.root < 0][lane_size_class(p.bytes)].cost[p.read];
-  std::rotate(samples.begin(), samples.begin() + 1, samples.end());  // the oldest out
   const double ns = std::chrono::duration<double, std::nano>(took).count();
-  samples.back() = std::max(1e-3, ns / static_cast<double>(p.bytes));
+  lane_route_times_[p.root < 0][lane_size_class(p.bytes)].record(p.read, std::max(1e-3, ns / static_cast<double>(p.bytes)));
   lane_route_pending_.bytes = 0;
 }
 
@@ -1152,26 +1203,12 @@ size_t ShmCommunicator::lane_size_class(size_t bytes) {
 bool ShmCommunicator::lane_route_read(size_t bytes, bool allgather) {
   if (lane_read_refused_ || !single_copy_ || lane_route_ == LaneRoute::kStream) return false;
   if (lane_route_ == LaneRoute::kRead) return true;
-  LaneRouteTimes& times = lane_route_times_[allgather][lane_size_class(bytes)];
-  auto least = [](const std::array<double, kLaneRouteSamples>& samples) {
-    return *std::min_element(samples.begin(), samples.end());
-  };
-  // A run of calls each way first, then the faster way, except for a run of
-  // the slower way every kLaneRouteRetryEvery runs: its time may have
-  // changed since. Judged by the best of a run's last calls, because the
-  // first ones after a switch find the ring (or the buffers read) cold: a
-  // 128 KiB allgather streamed right after reads took 1.5-4x its time in a
-  // run of streams, until the ring had been passed once. A run passes the
-  // ring twice, and has at least kLaneRouteSamples calls.
-  const uint64_t run = std::max<uint64_t>(kLaneRouteSamples, 2 * lane_ring_part(allgather) / bytes);
-  const uint64_t call = times.calls++;
-  const double stream = least(times.cost[0]), read = least(times.cost[1]);
-  if (call < run) return false;
-  // A way's samples start at 0; the least of them stays 0 until it has all.
-  if (call < 2 * run || read == 0) return true;
-  const uint64_t retry = (call - 2 * run) % (kLaneRouteRetryEvery * run);
-  if (retry == 0) times.retrying = read >= stream;
-  return retry < run ? times.retrying : read < stream;
+  // Judged by the best of a run's last calls, because the first ones after
+  // a switch find the ring (or the buffers read) cold: a 128 KiB allgather
+  // streamed right after reads took 1.5-4x its time in a run of streams,
+  // until the ring had been passed once. A run passes the ring twice.
+  const uint64_t run = std::max<uint64_t>(TimedChoice::kSamples, 2 * lane_ring_part(allgather) / bytes);
+  return lane_route_times_[allgather][lane_size_class(bytes)].next(run, kRouteRetryEvery);
 }
 
 void ShmCommunicator::lane_move(const void* input, void* output, size_t bytes, int root, const char* op) {

@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "transport/communicator.h"
+#include "transport/shm/timed_choice.h"
 
 namespace hvd {
 
@@ -97,6 +98,8 @@ class ShmCommunicator : public Communicator {
   // Large lane broadcasts and allgathers this member took part in that were
   // read out of the writers' processes rather than streamed (tests).
   uint64_t lane_reads() const { return lane_reads_; }
+  // Allreduces this member took part in through the single copy (tests).
+  uint64_t single_copy_allreduces() const { return single_copy_allreduces_; }
 
  private:
   // Waits until every member has arrived at the next step. Data written into
@@ -139,6 +142,12 @@ class ShmCommunicator : public Communicator {
   // a step barrier; true when none did. Otherwise every member turns
   // single-copy collectives off for good, all at the same call.
   bool agree_on_single_copy(int error, const char* op);
+  // How an allreduce of `bytes` goes (the same on every member): -1 outside
+  // the single copy's window, 1 single copy, 0 the slots; inside the window
+  // as member 0 timed the two ways per size class, unless
+  // HVD_SHM_SINGLE_COPY fixes it.
+  int allreduce_route(size_t bytes);
+  static size_t allreduce_size_class(size_t bytes);  // [2 MiB, 4 MiB): 0, each next one twice as large
   LaneArea* lane(int member) const;
   // Waits until every member has completed lane_completed_ calls (one may
   // still be reading our slot or the ring). Each committed to those calls, so
@@ -197,19 +206,10 @@ class ShmCommunicator : public Communicator {
   enum class LaneRoute { kAdaptive, kStream, kRead } lane_route_ = LaneRoute::kAdaptive;
   bool lane_read_refused_ = false;  // a member could not read another's buffer: stream from now on
   // What this member's large lane calls took per byte, for broadcasts [0]
-  // and allgathers [1], per size class, streamed [0] and read [1]: the least
-  // of the last kLaneRouteSamples calls each way (a preempted call only ever
-  // looks slower, and the first call after a switch runs on cold caches), 0
-  // where not measured yet; `calls` counts the choices, `retrying` is the
-  // way of the current run of retries (lane_route_read).
-  static constexpr int kLaneRouteSamples = 4;
+  // and allgathers [1], per size class; streamed is the first way, read the
+  // second (lane_route_read).
   static constexpr size_t kLaneSizeClasses = 8;
-  struct LaneRouteTimes {
-    std::array<std::array<double, kLaneRouteSamples>, 2> cost{};
-    uint64_t calls = 0;
-    bool retrying = false;
-  };
-  std::array<std::array<LaneRouteTimes, kLaneSizeClasses>, 2> lane_route_times_{};
+  std::array<std::array<TimedChoice, kLaneSizeClasses>, 2> lane_route_times_{};
   // This member's last lane call, when it chose the way for it: timed at
   // the next one, once every member has received it (lane_route_settle).
   struct LaneRoutePending {
@@ -238,6 +238,13 @@ class ShmCommunicator : public Communicator {
   // A single-copy allreduce's first read succeeded on every member: later
   // ones need not try first (the same on every member).
   bool single_copy_proven_ = false;
+  bool single_copy_timed_ = false;  // HVD_SHM_SINGLE_COPY unset: allreduce_route times both ways
+  static constexpr size_t kAllreduceSizeClasses = 4;
+  std::array<uint64_t, kAllreduceSizeClasses> allreduce_route_calls_{};  // the same on every member
+  // Member 0's times of its allreduces per byte, per size class, through
+  // the slots (the first way) and the single copy (the second).
+  std::array<TimedChoice, kAllreduceSizeClasses> allreduce_route_times_{};
+  uint64_t single_copy_allreduces_ = 0;
   std::vector<unsigned char> single_copy_scratch_;  // allreduce_single_copy: the others' chunks
   std::vector<const void*> single_copy_sources_;    // allreduce_single_copy: one entry per member
   std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(200);
