@@ -189,7 +189,7 @@ def _result_from_pool(tensor):
     allocate its result (from the pool of reused blocks; see
     horovod.common.engine_calls.ENGINE_ALLOCATED_ALLREDUCE_BYTES) instead of a new tensor."""
     return (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()
-            and tensor.numel() * tensor.element_size() >= ENGINE_ALLOCATED_ALLREDUCE_BYTES)
+            and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES)
 
 
 def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
@@ -200,12 +200,14 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
     out-of-place result is a block of the engine's result pool instead of a
     new tensor, whose fresh pages would cost as much as the reduction.
     """
-    if output is None and _result_from_pool(tensor):
+    # The checks of _result_from_pool, made once for both paths below.
+    plain = (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED
+             and tensor.is_contiguous())
+    if plain and output is None and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES:
         return _handles_synchronize(_owned_results_async(c_api.ALLREDUCE, "allreduce", [tensor], name,
                                                          process_set_id, True, op, prescale_factor,
                                                          postscale_factor, caller_waits=True))
-    if (type(tensor) is torch.Tensor and (output is None or output is tensor) and tensor.is_cpu
-            and tensor.layout is _STRIDED and (name is None or type(name) is str) and tensor.is_contiguous()):
+    if plain and (output is None or output is tensor) and (name is None or type(name) is str):
         # A plain contiguous CPU tensor: its argument block comes from the
         # per-thread cache, keyed by everything the block holds but the data
         # pointers.

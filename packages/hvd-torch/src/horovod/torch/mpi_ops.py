@@ -168,7 +168,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         the ranks.
     """
     op = handle_average_backwards_compatibility(op, average)
-    tensor_compressed, ctx = compression.compress(tensor)
+    # Compression.none's calls do nothing, and a small allreduce is bound by its overheads.
+    uncompressed = compression is Compression.none
+    tensor_compressed, ctx = (tensor, None) if uncompressed else compression.compress(tensor)
     if _compiling():
         reduced = torch.ops.hvd.allreduce(tensor_compressed, op, name or "", float(prescale_factor),
                                           float(postscale_factor), _process_set_id(process_set))
@@ -178,7 +180,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     else:
         reduced = _allreduce_now(tensor_compressed, op, name, prescale_factor, postscale_factor,
                                  _process_set_id(process_set))
-    return compression.decompress(reduced, ctx)
+    return reduced if uncompressed else compression.decompress(reduced, ctx)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
