@@ -239,7 +239,7 @@ struct ShmArenaHeader {
   alignas(64) std::atomic<uint32_t> generation;
   std::atomic<uint32_t> sleepers;
   alignas(64) std::atomic<uint32_t> aborted_by;  // member index + 1, 0 while healthy
-  // Member 0's choices for large allreduces (allreduce_takes_single_copy):
+  // Member 0's choices for large allreduces (allreduce_route):
   // bit 2 * size class + parity of the class's call number is set when that
   // call takes the single copy.
   alignas(64) std::atomic<uint32_t> allreduce_routes;
@@ -1190,7 +1190,8 @@ void ShmCommunicator::lane_route_settle() {
     took = std::max(took, at(lane(m)->received_at) - (p.read ? began : std::max(began, writers_began)));
   }
   const double ns = std::chrono::duration<double, std::nano>(took).count();
-  lane_route_times_[p.root < 0][lane_size_class(p.bytes)].record(p.read, std::max(1e-3, ns / static_cast<double>(p.bytes)));
+  const double per_byte = std::max(1e-3, ns / static_cast<double>(p.bytes));
+  lane_route_times_[p.root < 0][lane_size_class(p.bytes)].record(p.read, per_byte);
   lane_route_pending_.bytes = 0;
 }
 
