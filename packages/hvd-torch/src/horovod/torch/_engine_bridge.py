@@ -184,12 +184,16 @@ _ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other 
 _MAX_SYNC_BLOCKS = 4096
 
 
+def _plain_cpu(tensor):
+    """Whether `tensor` is a plain contiguous CPU tensor (no subclass): its memory can go to the engine as is."""
+    return type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()
+
+
 def _result_from_pool(tensor):
     """Whether an out-of-place allreduce of `tensor` should let the engine
     allocate its result (from the pool of reused blocks; see
     horovod.common.engine_calls.ENGINE_ALLOCATED_ALLREDUCE_BYTES) instead of a new tensor."""
-    return (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()
-            and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES)
+    return _plain_cpu(tensor) and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES
 
 
 def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
@@ -200,9 +204,7 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
     out-of-place result is a block of the engine's result pool instead of a
     new tensor, whose fresh pages would cost as much as the reduction.
     """
-    # The checks of _result_from_pool, made once for both paths below.
-    plain = (type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED
-             and tensor.is_contiguous())
+    plain = _plain_cpu(tensor)  # checked once for both paths below
     if plain and output is None and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES:
         return _handles_synchronize(_owned_results_async(c_api.ALLREDUCE, "allreduce", [tensor], name,
                                                          process_set_id, True, op, prescale_factor,
