@@ -257,6 +257,10 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
       }
     }
     const size_t first = parts.front().tensor, last = parts.back().tensor + 1;  // for the timeline
+    if (pre == 1.0 && comm.allreduces_parts(len * esize) &&
+        reduce_piece_in_tensors(locals, comm, r, parts, len, post, first, last)) {
+      continue;
+    }
     activity_start(r, "MEMCPY_IN_FUSION_BUFFER", first, last);
     copies.clear();
     for (const PiecePart& p : parts) {
@@ -280,6 +284,29 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
     activity_end(r, first, last);
   }
   for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
+}
+
+bool Executor::reduce_piece_in_tensors(const std::vector<LocalTensor>& locals, Communicator& comm, const Response& r,
+                                     const std::vector<PiecePart>& parts, size_t len, double post, size_t first,
+                                     size_t last) {
+  // Every part needs its input and its output (a joined rank's zeros and a
+  // failed allocation go through the fusion buffer).
+  const size_t esize = dtype_size(r.dtype);
+  in_parts_.clear();
+  out_parts_.clear();
+  for (const PiecePart& p : parts) {
+    const LocalTensor& local = locals[p.tensor];
+    auto* out = static_cast<unsigned char*>(outputs_[p.tensor]);
+    if (local.handle == nullptr || out == nullptr) return false;
+    auto* in = static_cast<unsigned char*>(const_cast<void*>(local.handle->tensors[local.index].input));
+    if (in == nullptr) return false;
+    in_parts_.push_back({in + p.from * esize, p.at, p.to - p.from});
+    out_parts_.push_back({out + p.from * esize, p.at, p.to - p.from});
+  }
+  activity_start(r, comm, "ALLREDUCE", first, last);
+  comm.allreduce_parts(in_parts_, out_parts_, len, r.dtype, transport_op(r.reduce_op), post);
+  activity_end(r, first, last);
+  return true;
 }
 
 void Executor::allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {

@@ -13,10 +13,10 @@
 #include "engine/data_plane.h"
 #include "engine/handle.h"
 #include "engine/message.h"
+#include "transport/communicator.h"
 
 namespace hvd {
 
-class Communicator;
 class Timeline;
 
 class Executor {
@@ -71,6 +71,14 @@ class Executor {
     size_t tensor, from, to, at;
   };
   std::vector<PiecePart> parts_;
+  // A piece reduced where its parts lie in the tensors (Communicator::
+  // allreduce_parts; host memory: only the host plane cuts pieces), without
+  // the fusion buffer; false, having done nothing, where a part has no input
+  // (a joined rank) or no output (a failed allocation).
+  bool reduce_piece_in_tensors(const std::vector<LocalTensor>& locals, Communicator& comm, const Response& r,
+                             const std::vector<PiecePart>& parts, size_t len, double post, size_t first,
+                             size_t last);
+  std::vector<ArrayPart> in_parts_, out_parts_;
 };
 
 }  // namespace hvd

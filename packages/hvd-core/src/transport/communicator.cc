@@ -15,6 +15,11 @@
 
 namespace hvd {
 
+void Communicator::allreduce_parts(const std::vector<ArrayPart>&, const std::vector<ArrayPart>&, size_t, DataType,
+                                   ReduceOp, double) {
+  throw Error(ErrorCode::kInternal, transport_name() + " cannot reduce an array in parts; pack it first");
+}
+
 std::unique_ptr<Communicator> create_communicator(const CommOptions& options, Store& store,
                                                   ConnectionManager* connections) {
   const int size = static_cast<int>(options.global_ranks.size());

@@ -34,6 +34,13 @@ namespace hvd {
 class Store;
 class ConnectionManager;
 
+// Where part of a packed array lies: elements [first, first + count) of the
+// array are at `data` (a fused allreduce's tensors, or pieces of them).
+struct ArrayPart {
+  unsigned char* data;
+  size_t first, count;
+};
+
 struct CommOptions {
   // Unique per job, init generation and process set, e.g. "<jobhash>/g0/ps3".
   // Used for store keys, connection tags and shared-memory names.
@@ -81,6 +88,20 @@ class Communicator {
   virtual bool allreduce_scaled(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale) {
     return false;
   }
+  // Whether allreduce_parts takes an array of `bytes` (shared memory, at the
+  // sizes its slots reduce a run at a time); where not, the caller packs the
+  // parts into one buffer and unpacks the result.
+  virtual bool allreduces_parts(size_t bytes) const {
+    (void)bytes;
+    return false;
+  }
+  // allreduce_scaled of a packed array of `count` elements that lies in parts
+  // of other buffers, reduced where they lie: this member's input is read
+  // from the parts `in`, the result written to the parts `out` (each list in
+  // order of `first`, together covering the array; an element's output is
+  // its input's memory or memory no input uses). Only where allreduces_parts.
+  virtual void allreduce_parts(const std::vector<ArrayPart>& in, const std::vector<ArrayPart>& out, size_t count,
+                               DataType dtype, ReduceOp op, double scale);
   // out = concatenation over members m of (bytes_per_rank[m] bytes from m);
   // `in` holds bytes_per_rank[rank()] bytes. May be called with some sizes 0.
   virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) = 0;

@@ -596,6 +596,91 @@ HVD_TEST(shm_scaled_allreduce_equals_the_allreduce_scaled_afterwards) {
   });
 }
 
+// A fused allreduce's piece reduced where its tensors lie (the executor's
+// allreduce_in_pieces): parts of one element up to several chunks, each
+// member putting some parts' results in place and others elsewhere, every
+// dtype, P=2 and 3, at the default chunk and at one that cuts parts and
+// shares anywhere. The result must be, byte for byte, allreduce_scaled of
+// the packed array (and the reference where unscaled); inputs reduced out of
+// place stay as they were. Sizes the slots do not take (small, the single
+// copy's window) and TCP say no.
+HVD_TEST(shm_allreduce_parts_equals_the_allreduce_of_the_packed_array) {
+  const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt8,
+                              DataType::kUInt8,   DataType::kBool,    DataType::kFloat16, DataType::kBFloat16};
+  const size_t kRuns[] = {1, 3, 1000, 17, 70000, 64, 5, 200000};  // part lengths, in turn
+  for (int size : {2, 3}) {
+    run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+      EXPECT_TRUE(!comm.allreduces_parts(1000));
+      EXPECT_TRUE(comm.allreduces_parts(512 * 1024));
+      EXPECT_TRUE(!comm.allreduces_parts(size_t{4} << 20));
+      EXPECT_TRUE(comm.allreduces_parts(size_t{64} << 20));
+      int round = 0;
+      for (size_t chunk : {size_t{0}, size_t{5000}}) {
+        comm.set_pipeline_chunk_bytes(chunk);
+        for (DataType dtype : kDtypes) {
+          const size_t esize = dtype_size(dtype);
+          const size_t count = 700 * 1024 / esize + 11;
+          const double scale = round++ % 2 == 0 ? 1.0 : 1.0 / 3.0;
+          std::vector<unsigned char> packed(count * esize), expected(packed.size());
+          std::vector<std::vector<unsigned char>> inputs, outputs;  // the parts' own memory
+          std::vector<ArrayPart> in_parts, out_parts;
+          std::vector<bool> in_place;
+          for (size_t first = 0, k = 0; first < count; ++k) {
+            const size_t n = std::min(kRuns[k % std::size(kRuns)], count - first);
+            inputs.emplace_back(n * esize);
+            for (size_t i = 0; i < n; ++i) {
+              const double v = input_value(me, first + i, ReduceOp::kSum, dtype);
+              store_value(inputs.back().data(), i, dtype, v);
+              store_value(packed.data(), first + i, dtype, v);
+            }
+            in_place.push_back((k + static_cast<size_t>(me)) % 2 == 0);
+            outputs.emplace_back(in_place.back() ? 0 : n * esize + 1, 0xee);
+            first += n;
+          }
+          const std::vector<std::vector<unsigned char>> original = inputs;
+          for (size_t k = 0, first = 0; k < inputs.size(); ++k) {
+            const size_t n = inputs[k].size() / esize;
+            in_parts.push_back({inputs[k].data(), first, n});
+            out_parts.push_back({in_place[k] ? inputs[k].data() : outputs[k].data(), first, n});
+            first += n;
+          }
+          // Now and then one member's result goes to one buffer: runs of the
+          // output then cut across the input's parts.
+          std::vector<unsigned char> whole;
+          if ((round + me) % 3 == 0) {
+            whole.assign(count * esize + 1, 0xee);
+            out_parts.assign(1, ArrayPart{whole.data(), 0, count});
+            in_place.assign(in_place.size(), false);
+          }
+          EXPECT_TRUE(comm.allreduce_scaled(packed.data(), expected.data(), count, dtype, ReduceOp::kSum, scale));
+          comm.allreduce_parts(in_parts, out_parts, count, dtype, ReduceOp::kSum, scale);
+          const std::string what = "chunk " + std::to_string(chunk) + " " +
+                                   label(Transport::kShm, size, "allreduce_parts", dtype, ReduceOp::kSum, count) +
+                                   " by " + std::to_string(scale) + (whole.empty() ? "" : " into one buffer");
+          for (size_t k = 0; k < out_parts.size(); ++k) {
+            const ArrayPart& part = out_parts[k];
+            if (scale == 1.0) check_reduced(part.data, part.first, part.count, size, ReduceOp::kSum, dtype, what);
+            if (std::memcmp(part.data, expected.data() + part.first * esize, part.count * esize) != 0) {
+              ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) + " (elements " +
+                                                       std::to_string(part.first) + "..) differs");
+              break;
+            }
+          }
+          for (size_t k = 0; k < inputs.size(); ++k) {
+            if (!in_place[k] && (inputs[k] != original[k] || (whole.empty() && outputs[k].back() != 0xee))) {
+              ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) +
+                                                       " changed its input or wrote past its output");
+              break;
+            }
+          }
+          if (!whole.empty()) EXPECT_EQ(whole.back(), static_cast<unsigned char>(0xee));
+        }
+      }
+    }, [](CommOptions& options) { options.spin = true; });
+  }
+  run_world(Transport::kTcp, 2, 10.0, [&](Communicator& comm, int) { EXPECT_TRUE(!comm.allreduces_parts(512 * 1024)); });
+}
+
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
   auto name_for = [](Transport t, int size) {
     std::string name;

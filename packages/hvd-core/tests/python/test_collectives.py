@@ -145,10 +145,15 @@ def _tensors_packed_into_the_fusion_buffer(tmp_path, program):
 
 def test_a_fused_allreduce_in_pieces_shows_each_tensor_in_every_piece_that_holds_it(tmp_path):
     # 100000, 200000 and 50000 floats in pieces of 131072: the second tensor
-    # is in all three pieces, the others in one each.
-    for activity in ("MEMCPY_IN_FUSION_BUFFER", "SHM_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"):
+    # is in all three pieces, the others in one each. Unscaled, the pieces
+    # are reduced where the tensors lie; prescaled, packed and unpacked.
+    def pieces(name):
+        return ["grouped_allreduce.%s_%d" % (name, i) for i in (0, 1, 1, 1, 2)]
+
+    for activity, names in (("SHM_ALLREDUCE", pieces("packed") + pieces("three")),
+                            ("MEMCPY_IN_FUSION_BUFFER", pieces("packed")),
+                            ("MEMCPY_OUT_FUSION_BUFFER", pieces("packed"))):
         seen = _activities(tmp_path, "collectives:grouped_allreduce_of_three_pieces", activity)
-        names = ["grouped_allreduce.three_%d" % i for i in (0, 1, 1, 1, 2)]
         assert sorted(seen) == names, (activity, seen)
 
 

@@ -648,6 +648,46 @@ void ShmCommunicator::barrier() {
   step_barrier("barrier");
 }
 
+class ShmCommunicator::Packed {
+ public:
+  Packed(const void* data, size_t count)
+      : one_{static_cast<unsigned char*>(const_cast<void*>(data)), 0, count}, parts_(&one_), num_parts_(1) {}
+  explicit Packed(const std::vector<ArrayPart>& parts) : parts_(parts.data()), num_parts_(parts.size()) {}
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+
+  // f(address of element from + done, done, run) for each run of elements
+  // [from, from + n) that lies in one part.
+  template <class F>
+  void runs(size_t from, size_t n, size_t esize, F&& f) const {
+    if (n == 0) return;
+    const ArrayPart* part =
+        std::upper_bound(parts_, parts_ + num_parts_, from,
+                         [](size_t element, const ArrayPart& p) { return element < p.first; }) - 1;
+    for (size_t done = 0; done < n; ++part) {
+      const size_t at = from + done - part->first;
+      const size_t run = std::min(n - done, part->count - at);
+      f(part->data + at * esize, done, run);
+      done += run;
+    }
+  }
+  void read(void* dst, size_t from, size_t n, size_t esize) const {
+    runs(from, n, esize, [&](const unsigned char* src, size_t done, size_t run) {
+      shm_copy(static_cast<unsigned char*>(dst) + done * esize, src, run * esize);
+    });
+  }
+  void write(size_t from, const void* src, size_t n, size_t esize) const {
+    runs(from, n, esize, [&](unsigned char* dst, size_t done, size_t run) {
+      shm_copy(dst, static_cast<const unsigned char*>(src) + done * esize, run * esize);
+    });
+  }
+
+ private:
+  ArrayPart one_{};
+  const ArrayPart* parts_;
+  size_t num_parts_;
+};
+
 void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   allreduce_scaled(data, data, count, dtype, op, 1.0);
 }
@@ -682,7 +722,7 @@ bool ShmCommunicator::allreduce_scaled(const void* in, void* out, size_t count, 
     const int route = allreduce_route(bytes);
     if (!(route > 0 && allreduce_single_copy(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(out),
                                              count, dtype, op, scale))) {
-      allreduce_pipelined(in, out, count, dtype, op, scale);
+      allreduce_pipelined(Packed(in, count), Packed(out, count), count, dtype, op, scale);
     }
     if (rank_ == 0 && route >= 0 && single_copy_timed_) {
       const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
@@ -831,14 +871,30 @@ void ShmCommunicator::set_pipeline_chunk_bytes(size_t bytes) {
   chunk_bytes_ = bytes == 0 ? slot_bytes_ : std::clamp<size_t>(align_up(bytes, 4096), 4096, slot_bytes_);
 }
 
-void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                                          double scale) {
+// A fused allreduce's piece straight from the tensors and into them: the
+// packing and unpacking copies were a third of the engine's time in the
+// training benchmark's grouped allreduce.
+bool ShmCommunicator::allreduces_parts(size_t bytes) const {
+  // The sizes allreduce_scaled gives the slots, which read and write the
+  // array a run at a time; the small path and the single copy need it in one
+  // buffer.
+  return size_ > 1 && !(bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) &&
+         !(bytes >= kSingleCopyAllreduceMinBytes && bytes < kSingleCopyAllreduceMaxBytes);
+}
+
+void ShmCommunicator::allreduce_parts(const std::vector<ArrayPart>& in, const std::vector<ArrayPart>& out,
+                                      size_t count, DataType dtype, ReduceOp op, double scale) {
+  check_abort("allreduce");
+  if (!allreduces_parts(count * dtype_size(dtype))) Communicator::allreduce_parts(in, out, count, dtype, op, scale);
+  allreduce_pipelined(Packed(in), Packed(out), count, dtype, op, scale);
+}
+
+void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, size_t count, DataType dtype,
+                                          ReduceOp op, double scale) {
   const size_t esize = dtype_size(dtype);
   const size_t align_elems = std::max<size_t>(1, 64 / esize);  // shares start on cache lines
   const size_t chunk_elems = chunk_bytes_ / esize;
   const size_t num_chunks = (count + chunk_elems - 1) / chunk_elems;
-  const unsigned char* input = static_cast<const unsigned char*>(in);
-  unsigned char* bytes = static_cast<unsigned char*>(out);
   std::vector<const void*> srcs(size_);
 
   // Member m reduces share m of every chunk. Our own share never goes
@@ -853,6 +909,12 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
     size_t begin = std::min(elems, share * member);
     return Share{begin, std::min(elems, begin + share)};
   };
+  // The other members' shares of the chunk at `begin`, out of result(buffer).
+  auto copy_out_others = [&](int buffer, size_t begin, size_t elems) {
+    Share mine = share_of(elems, rank_);
+    out.write(begin, result(buffer), mine.begin, esize);
+    out.write(begin + mine.end, result(buffer) + mine.end * esize, elems - mine.end, esize);
+  };
 
   int previous_buffer = -1;
   size_t previous_begin = 0, previous_elems = 0;
@@ -860,39 +922,33 @@ void ShmCommunicator::allreduce_pipelined(const void* in, void* out, size_t coun
     size_t begin = c * chunk_elems;
     size_t elems = std::min(chunk_elems, count - begin);
     int buffer = static_cast<int>(step_ & 1);
-    const unsigned char* in_chunk = input + begin * esize;
-    unsigned char* chunk = bytes + begin * esize;
     Share mine = share_of(elems, rank_);
-    shm_copy(slot(buffer, rank_), in_chunk, mine.begin * esize);
-    shm_copy(slot(buffer, rank_) + mine.end * esize, in_chunk + mine.end * esize, (elems - mine.end) * esize);
+    in.read(slot(buffer, rank_), begin, mine.begin, esize);
+    in.read(slot(buffer, rank_) + mine.end * esize, begin + mine.end, elems - mine.end, esize);
     step_barrier("allreduce");
-    if (previous_buffer >= 0) {
-      Share previous_mine = share_of(previous_elems, rank_);
-      unsigned char* previous_chunk = bytes + previous_begin * esize;
-      shm_copy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
-      shm_copy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
-               (previous_elems - previous_mine.end) * esize);
-    }
+    if (previous_buffer >= 0) copy_out_others(previous_buffer, previous_begin, previous_elems);
     if (mine.end > mine.begin) {
-      unsigned char* my_share = chunk + mine.begin * esize;
-      srcs[0] = in_chunk + mine.begin * esize;  // dst may alias srcs[0]
-      int next = 1;
-      for (int m = 0; m < size_; ++m) {
-        if (m != rank_) srcs[next++] = slot(buffer, m) + mine.begin * esize;
-      }
-      reduce_many_scaled(my_share, srcs.data(), size_, mine.end - mine.begin, dtype, op, scale);
-      shm_copy(result(buffer) + mine.begin * esize, my_share, (mine.end - mine.begin) * esize);
+      const size_t first = begin + mine.begin, n = mine.end - mine.begin;
+      // Runs that lie in one part of `out` and one of `in` (dst may alias srcs[0]).
+      out.runs(first, n, esize, [&](unsigned char* dst, size_t out_done, size_t out_run) {
+        in.runs(first + out_done, out_run, esize, [&](const unsigned char* src, size_t in_done, size_t run) {
+          const size_t at = (mine.begin + out_done + in_done) * esize;  // in the slots
+          srcs[0] = src;
+          int next = 1;
+          for (int m = 0; m < size_; ++m) {
+            if (m != rank_) srcs[next++] = slot(buffer, m) + at;
+          }
+          reduce_many_scaled(dst + in_done * esize, srcs.data(), size_, run, dtype, op, scale);
+        });
+      });
+      out.read(result(buffer) + mine.begin * esize, first, n, esize);
     }
     previous_buffer = buffer;
     previous_begin = begin;
     previous_elems = elems;
   }
   step_barrier("allreduce");
-  Share previous_mine = share_of(previous_elems, rank_);
-  unsigned char* previous_chunk = bytes + previous_begin * esize;
-  shm_copy(previous_chunk, result(previous_buffer), previous_mine.begin * esize);
-  shm_copy(previous_chunk + previous_mine.end * esize, result(previous_buffer) + previous_mine.end * esize,
-           (previous_elems - previous_mine.end) * esize);
+  copy_out_others(previous_buffer, previous_begin, previous_elems);
 }
 
 void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,

@@ -35,6 +35,9 @@ class ShmCommunicator : public Communicator {
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   bool allreduce_out_of_place(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
   bool allreduce_scaled(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale) override;
+  bool allreduces_parts(size_t bytes) const override;
+  void allreduce_parts(const std::vector<ArrayPart>& in, const std::vector<ArrayPart>& out, size_t count,
+                       DataType dtype, ReduceOp op, double scale) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -119,7 +122,9 @@ class ShmCommunicator : public Communicator {
   // (allreduce_scaled; 1.0: none): each member scales what it reduced
   // before the others read it.
   void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale);
-  void allreduce_pipelined(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale);
+  class Packed;  // the array allreduce_pipelined reads or writes: one buffer, or parts of several
+  void allreduce_pipelined(const Packed& in, const Packed& out, size_t count, DataType dtype, ReduceOp op,
+                           double scale);
   size_t max_over_members(size_t value);
   // allgatherv by reading every other member's piece out of its process
   // (process_vm_readv); false, with the output to be rewritten, when some

@@ -303,11 +303,14 @@ def grouped_allreduce_across_pieces_every_dtype_and_op():
 
 
 def grouped_allreduce_of_three_pieces():
-    """One grouped allreduce of 350000 floats, three 512 KiB pieces."""
+    """Grouped allreduces of 350000 floats, three 512 KiB pieces: one reduced
+    where the tensors lie, one prescaled (packed into the fusion buffer)."""
     hvd.init()
     xs = [np.full(n, hvd.rank(), np.float32) for n in (100000, 200000, 50000)]
     outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="three")
     assert all(np.all(o == sum(range(hvd.size()))) for o in outs)
+    outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="packed", prescale_factor=2.0)
+    assert all(np.all(o == 2 * sum(range(hvd.size()))) for o in outs)
 
 
 def allgather_with_different_first_dimensions_every_dtype():
