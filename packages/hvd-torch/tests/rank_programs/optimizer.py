@@ -289,7 +289,7 @@ def _gradient_buckets(done):
             mixed(idx).sum().backward()
             opt.step()
             opt.zero_grad()
-        buckets = sorted(len(g) for g in set(opt._p_to_group.values()))
+        buckets = sorted(len(g) for g in {s.group for s in opt._states.values() if s.group is not None})
         results.append((buckets, [p.detach().clone() for p in mixed.parameters()]))
     # fc1/fc2 share a bucket; the embedding left it (one rank: no hooks, no buckets)
     assert results[0][0] == ([4] if size > 1 else []), results[0][0]
@@ -336,9 +336,12 @@ def _bucket_bookkeeping_scales_with_parameters(done):
         opt.zero_grad()
         for h in opt._hook_handles:
             h.remove()
-        # one bucket of n: about ten lookups per parameter (the wrapped
-        # optimizer's state among them), not n per lookup
-        assert 0 < calls[0] <= 20 * n, (op, calls[0], n)
+        # one bucket of n: not n per lookup. Average's hooks and synchronize()
+        # reach a parameter's state without hashing it (a handful a step, where
+        # they made nine per parameter); Adasum's make about ten per parameter
+        # (the wrapped optimizer's state among them).
+        limit = 5 if op == hvd.Average else 20 * n
+        assert 0 < calls[0] <= limit, (op, calls[0], n)
     done.append("bucket_bookkeeping")
 
 
@@ -528,7 +531,7 @@ def autotuned_buckets(steps, layers, bucket_mb=None):
             g = torch.Generator().manual_seed(100 * step + hvd.rank())
             model(torch.randn(8, 256, generator=g)).pow(2).mean().backward()
             if not per_tensor:
-                buckets.append([opt._bucket_bytes, len(set(opt._p_to_group.values()))])
+                buckets.append([opt._bucket_bytes, len({s.group for s in opt._states.values() if s.group is not None})])
             opt.step()
             opt.zero_grad()
         runs.append(b"".join(p.detach().numpy().tobytes() for p in model.parameters()).hex())

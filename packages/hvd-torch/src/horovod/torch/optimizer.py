@@ -104,10 +104,12 @@ class _GradientGroup:
     code), and the hooks of a 100-tensor bucket did that some 30,000 times
     a step (10 ms, more than the allreduce)."""
 
-    __slots__ = ("params", "ready", "auto")
+    __slots__ = ("params", "states", "size", "ready", "auto")
 
-    def __init__(self, params, auto=False):
+    def __init__(self, params, auto=False, states=()):
         self.params = tuple(params)
+        self.states = tuple(states)  # the members' _ParamState, where the optimizer keeps them
+        self.size = len(self.params)
         self.ready = 0
         self.auto = auto  # a bucket made here, not a user's group: sparse gradients leave it
 
@@ -116,6 +118,19 @@ class _GradientGroup:
 
     def __iter__(self):
         return iter(self.params)
+
+
+class _ParamState:
+    """What a parameter's gradient hook needs, reached without hashing the
+    tensor (Tensor.__hash__ is Python code, and the hooks run for every
+    gradient of every step): the backward passes left before its gradient is
+    reduced, and the group it goes out with (None: on its own)."""
+
+    __slots__ = ("delay", "group")
+
+    def __init__(self, delay):
+        self.delay = delay
+        self.group = None
 
 
 def _parameter_names(named_parameters, all_params):
@@ -174,15 +189,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_bytes = _bucket_bytes() if groups is None else 0
 
         self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
+        self._states = {p: _ParamState(backward_passes_per_step) for p in all_params}
         # key (a parameter, or a _GradientGroup) -> (handle, ctx).
-        # A handle of None marks a gradient that is accumulating locally or
-        # waiting for the rest of its group; it still counts as "in flight"
-        # for the zero_grad() check.
+        # A handle of None marks a gradient, or a group's gradients, that is
+        # accumulating locally or waiting for the rest of its group; it still
+        # counts as "in flight" for the zero_grad() check.
         self._handles = {}
         self._hook_handles = []
-        self._requires_update = []
-        self._p_to_group = {}
+        self._requires_update = []  # (parameter, its _ParamState) in registration order
         self._bucket_tuning = None  # HOROVOD_AUTOTUNE's say in self._bucket_bytes (buckets only)
         self._synchronized = False
         self._should_synchronize = True
@@ -196,10 +210,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _forget_in_flight(self):
         self._handles.clear()
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
-        for group in self._p_to_group.values():
-            group.ready = 0
+        for state in self._states.values():
+            state.delay = self.backward_passes_per_step
+            if state.group is not None:
+                state.group.ready = 0
         self._synchronized = False
         if self._bucket_tuning is not None:  # the next engine's tuner starts from the configured size
             self._bucket_tuning.restart()
@@ -210,7 +224,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        self._requires_update = p_list
+        self._requires_update = [(p, self._states[p]) for p in p_list]
         # A size the user chose is kept under HOROVOD_AUTOTUNE, as the engine
         # keeps every knob set explicitly (called from __init__: the
         # environment _bucket_bytes() read).
@@ -219,14 +233,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             total = sum(p.numel() * p.element_size() for p in p_list)
             self._bucket_tuning = GradientBucketTuning(self._bucket_bytes, total, self.process_set)
         self._form_groups()
-        for p in p_list:
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+        for p, state in self._requires_update:
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p, state)))
 
     def _form_groups(self):
         """Which gradients go out together: the user's `groups`, or buckets of
         self._bucket_bytes (nothing may be in flight)."""
-        p_list = self._requires_update
-        self._p_to_group = {}
+        p_list = [p for p, _ in self._requires_update]
+        for state in self._states.values():
+            state.group = None
         if self._groups is not None:
             if isinstance(self._groups, list):
                 ids = {id(p) for p in p_list}
@@ -247,43 +262,48 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             p_groups = []
         for params in p_groups:
-            group = _GradientGroup(params, auto=self._groups is None)
-            for p in group:
-                self._p_to_group[p] = group
+            group = _GradientGroup(params, auto=self._groups is None, states=[self._states[p] for p in params])
+            for state in group.states:
+                state.group = group
 
-    def _make_hook(self, p):
+    def _make_hook(self, p, state):
         def hook(*ignore):
-            if self._allreduce_delay[p] <= 0:
+            if state.delay <= 0:
                 raise AssertionError(_TOO_MANY_PASSES_MESSAGE)
-            assert not p.grad.requires_grad
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
-                self._handles[p] = (None, None)
+            grad = p.grad
+            assert not grad.requires_grad
+            state.delay -= 1
+            group = state.group
+            if state.delay > 0:
+                self._handles[p if group is None else group] = (None, None)
                 return
-            group = self._p_to_group.get(p)
-            if group is not None and group.auto and p.grad.is_sparse:
+            if group is not None and group.auto and grad.is_sparse:
                 group = self._leave_bucket(p, group)
             if group is None:
                 self._handles[p] = self._allreduce_grad_async(p)
                 return
             group.ready += 1
-            if group.ready == len(group):
+            if group.ready == group.size:
                 self._submit_group(group)
-            else:
-                self._handles[p] = (None, None)
+            elif group.ready == 1:
+                self._handles[group] = (None, None)
         return hook
 
     def _leave_bucket(self, p, group):
         # Sparse gradients cannot be grouped: p is reduced on its own from now
         # on. Every rank runs the same model, so all make the same change.
-        del self._p_to_group[p]
-        rest = _GradientGroup([q for q in group if q is not p], auto=True)
-        if len(rest):
+        self._states[p].group = None
+        members = [(q, s) for q, s in zip(group.params, group.states) if q is not p]
+        rest = _GradientGroup([q for q, _ in members], auto=True, states=[s for _, s in members])
+        waiting = self._handles.pop(group, None)  # the group's in-flight mark, now the rest's
+        if rest.size:
             rest.ready = group.ready
-            for q in rest:
-                self._p_to_group[q] = rest
-            if rest.ready == len(rest):
+            for s in rest.states:
+                s.group = rest
+            if rest.ready == rest.size:
                 self._submit_group(rest)
+            elif waiting is not None:
+                self._handles[rest] = waiting
         return None
 
     # -- communication --------------------------------------------------------
@@ -324,8 +344,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return handle, (ctx, replace)
 
     def _submit_group(self, group):
-        for q in group:
-            self._handles.pop(q, None)
         tensors, ctxs = [], []
         for q in group:
             tensor, replace = self._prepare_grad(q)
@@ -371,8 +389,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             self._synchronized = True
             return
-        for p in self._requires_update:
-            group = self._p_to_group.get(p)
+        for p, state in self._requires_update:
+            group = state.group
             if group is not None:
                 if self._handles.get(group, (None,))[0] is None:
                     self._submit_group(group)
@@ -381,13 +399,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for key, (handle, ctx) in list(self._handles.items()):
             output = synchronize(handle)
             if isinstance(key, _GradientGroup):
-                for q, out, c in zip(key, output, ctx):
+                for q, state, out, c in zip(key.params, key.states, output, ctx):
                     self._write_back(q, out, c)
-                    self._allreduce_delay[q] = self.backward_passes_per_step
+                    state.delay = self.backward_passes_per_step
                 key.ready = 0
             else:
                 self._write_back(key, output, ctx)
-                self._allreduce_delay[key] = self.backward_passes_per_step
+                self._states[key].delay = self.backward_passes_per_step
         self._handles.clear()
         self._synchronized = True
         if self._bucket_tuning is not None:
@@ -419,8 +437,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Sets the number of backward passes whose gradients are accumulated locally
         before they are averaged across ranks."""
         self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
+        for state in self._states.values():
+            state.delay = passes
 
     def step(self, closure=None):
         """Synchronizes the gradients (unless inside ``skip_synchronize()``), then performs
