@@ -235,11 +235,23 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
     void* out = result_buffer(plane, locals[i], r.shapes[i], r.dtype, &alloc_errors[i]);
     if (alloc_errors[i].empty()) outputs_[i] = out;
   }
-  auto* buffer = static_cast<unsigned char*>(plane.fusion_buffer(std::min(piece, total) * esize));
   const double pre = r.prescale;
   const double post = result_scale(r.reduce_op, r.postscale, comm.size());
   std::vector<CopySpec>& copies = copies_;
   std::vector<PiecePart>& parts = parts_;
+  // Tensors that share memory (one given twice, overlapping views): a result
+  // written after one piece would be read as input by a later one, so their
+  // pieces are packed into a buffer for the whole response and the results
+  // written after the last. Otherwise, where every tensor has its input and
+  // its output (not so for a joined rank or a failed allocation), pieces are
+  // reduced where they lie in the tensors. A rank decides alone: every way
+  // makes the same calls and scales alike.
+  const bool shared = tensors_overlap(locals, counts, esize);
+  bool in_tensors = !shared && pre == 1.0;
+  for (size_t i = 0; i < n && in_tensors; ++i) {
+    in_tensors = outputs_[i] != nullptr && locals[i].handle->tensors[locals[i].index].input != nullptr;
+  }
+  auto* fusion = static_cast<unsigned char*>(plane.fusion_buffer((shared ? total : std::min(piece, total)) * esize));
   // The packed layout, walked piece by piece: the next piece starts at
   // element `offset` of tensor `next`.
   size_t next = 0, offset = 0;
@@ -257,10 +269,11 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
       }
     }
     const size_t first = parts.front().tensor, last = parts.back().tensor + 1;  // for the timeline
-    if (pre == 1.0 && comm.allreduces_parts(len * esize) &&
-        reduce_piece_in_tensors(locals, comm, r, parts, len, post, first, last)) {
+    if (in_tensors && comm.allreduces_parts(len * esize)) {
+      reduce_piece_in_tensors(locals, comm, r, parts, len, post, first, last);
       continue;
     }
+    unsigned char* buffer = shared ? fusion + start * esize : fusion;
     activity_start(r, "MEMCPY_IN_FUSION_BUFFER", first, last);
     copies.clear();
     for (const PiecePart& p : parts) {
@@ -272,41 +285,70 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
     plane.copy_scaled(copies.data(), copies.size(), r.dtype, pre);
     activity_end(r, first, last);
     activity_start(r, comm, "ALLREDUCE", first, last);
-    comm.allreduce(buffer, len, r.dtype, transport_op(r.reduce_op));
+    // Scaled as allreduce_parts scales, where other ranks may have reduced
+    // this piece where it lies (each rank scales the share it reduces).
+    const bool scaled = post != 1.0 && comm.allreduce_scaled(buffer, buffer, len, r.dtype,
+                                                             transport_op(r.reduce_op), post);
+    if (!scaled) comm.allreduce(buffer, len, r.dtype, transport_op(r.reduce_op));
     activity_end(r, first, last);
+    if (shared) {
+      const CopySpec postscaled{buffer, buffer, len};
+      if (!scaled && post != 1.0) plane.copy_scaled(&postscaled, 1, r.dtype, post);
+      continue;
+    }
     activity_start(r, "MEMCPY_OUT_FUSION_BUFFER", first, last);
     copies.clear();
     for (const PiecePart& p : parts) {
       auto* out = static_cast<unsigned char*>(outputs_[p.tensor]);
       if (out != nullptr) copies.push_back({out + p.from * esize, buffer + p.at * esize, p.to - p.from});
     }
-    plane.copy_scaled(copies.data(), copies.size(), r.dtype, post);
+    plane.copy_scaled(copies.data(), copies.size(), r.dtype, scaled ? 1.0 : post);
     activity_end(r, first, last);
+  }
+  if (shared) {
+    activity_start(r, "MEMCPY_OUT_FUSION_BUFFER");
+    copies.clear();
+    for (size_t i = 0, at = 0; i < n; at += counts[i++]) {
+      if (outputs_[i] != nullptr) copies.push_back({outputs_[i], fusion + at * esize, counts[i]});
+    }
+    plane.copy_scaled(copies.data(), copies.size(), r.dtype, 1.0);
+    activity_end(r);
   }
   for (size_t i = 0; i < n; ++i) complete(plane, locals[i], alloc_errors[i]);
 }
 
-bool Executor::reduce_piece_in_tensors(const std::vector<LocalTensor>& locals, Communicator& comm, const Response& r,
-                                     const std::vector<PiecePart>& parts, size_t len, double post, size_t first,
-                                     size_t last) {
-  // Every part needs its input and its output (a joined rank's zeros and a
-  // failed allocation go through the fusion buffer).
+bool Executor::tensors_overlap(const std::vector<LocalTensor>& locals, const std::vector<size_t>& counts,
+                               size_t esize) {
+  spans_.clear();
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const void* in = locals[i].handle ? locals[i].handle->tensors[locals[i].index].input : nullptr;
+    const auto in_at = reinterpret_cast<uintptr_t>(in), out_at = reinterpret_cast<uintptr_t>(outputs_[i]);
+    if (in_at != 0) spans_.emplace_back(in_at, in_at + counts[i] * esize);
+    if (out_at != 0 && out_at != in_at) spans_.emplace_back(out_at, out_at + counts[i] * esize);
+  }
+  std::sort(spans_.begin(), spans_.end());
+  for (size_t i = 1; i < spans_.size(); ++i) {
+    if (spans_[i].first < spans_[i - 1].second) return true;
+  }
+  return false;
+}
+
+void Executor::reduce_piece_in_tensors(const std::vector<LocalTensor>& locals, Communicator& comm, const Response& r,
+                                       const std::vector<PiecePart>& parts, size_t len, double post, size_t first,
+                                       size_t last) {
   const size_t esize = dtype_size(r.dtype);
   in_parts_.clear();
   out_parts_.clear();
   for (const PiecePart& p : parts) {
     const LocalTensor& local = locals[p.tensor];
-    auto* out = static_cast<unsigned char*>(outputs_[p.tensor]);
-    if (local.handle == nullptr || out == nullptr) return false;
     auto* in = static_cast<unsigned char*>(const_cast<void*>(local.handle->tensors[local.index].input));
-    if (in == nullptr) return false;
+    auto* out = static_cast<unsigned char*>(outputs_[p.tensor]);
     in_parts_.push_back({in + p.from * esize, p.at, p.to - p.from});
     out_parts_.push_back({out + p.from * esize, p.at, p.to - p.from});
   }
   activity_start(r, comm, "ALLREDUCE", first, last);
   comm.allreduce_parts(in_parts_, out_parts_, len, r.dtype, transport_op(r.reduce_op), post);
   activity_end(r, first, last);
-  return true;
 }
 
 void Executor::allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane) {

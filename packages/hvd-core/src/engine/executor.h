@@ -71,14 +71,17 @@ class Executor {
     size_t tensor, from, to, at;
   };
   std::vector<PiecePart> parts_;
+  // Whether the memory of some of a fused response's tensors (inputs and
+  // outputs) overlaps: a tensor given twice, overlapping views.
+  bool tensors_overlap(const std::vector<LocalTensor>& locals, const std::vector<size_t>& counts, size_t esize);
   // A piece reduced where its parts lie in the tensors (Communicator::
   // allreduce_parts; host memory: only the host plane cuts pieces), without
-  // the fusion buffer; false, having done nothing, where a part has no input
-  // (a joined rank) or no output (a failed allocation).
-  bool reduce_piece_in_tensors(const std::vector<LocalTensor>& locals, Communicator& comm, const Response& r,
-                             const std::vector<PiecePart>& parts, size_t len, double post, size_t first,
-                             size_t last);
+  // the fusion buffer.
+  void reduce_piece_in_tensors(const std::vector<LocalTensor>& locals, Communicator& comm, const Response& r,
+                               const std::vector<PiecePart>& parts, size_t len, double post, size_t first,
+                               size_t last);
   std::vector<ArrayPart> in_parts_, out_parts_;
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans_;  // the parts' memory [begin, end), to find overlaps
 };
 
 }  // namespace hvd

@@ -157,6 +157,12 @@ def test_a_fused_allreduce_in_pieces_shows_each_tensor_in_every_piece_that_holds
         assert sorted(seen) == names, (activity, seen)
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_pieces_with_a_tensor_twice_or_a_joined_rank_are_packed_and_still_exact(np_):
+    for failures in ranks.run_program_ok(np_, "collectives:grouped_allreduce_in_pieces_not_reduced_in_the_tensors"):
+        assert failures == []
+
+
 def test_grouped_reducescatter_runs_as_one_fused_collective(tmp_path):
     packed = _tensors_packed_into_the_fusion_buffer(tmp_path, "collectives:fused_reducescatter_of_many_tensors")
     assert {"grouped_reducescatter.rs.0_%d" % i for i in range(5)} <= packed, sorted(packed)

@@ -313,6 +313,31 @@ def grouped_allreduce_of_three_pieces():
     assert all(np.all(o == 2 * sum(range(hvd.size()))) for o in outs)
 
 
+def grouped_allreduce_in_pieces_not_reduced_in_the_tensors():
+    """Grouped allreduces in 512 KiB pieces that some or all ranks must pack
+    rather than reduce where the tensors lie: one tensor given twice (its
+    result would be read back as input), and a rank that has joined (it has
+    no input) while the others average. Returns the checks that failed."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+    t = np.full(200000, rank + 1, np.float32)
+    hvd.grouped_allreduce_([t, t], op=hvd.Sum, name="twice")
+    if not np.all(t == sum(range(1, size + 1))):
+        failures.append(["twice", float(t.min()), float(t.max())])
+    if rank == size - 1:
+        hvd.join()
+        return failures
+    xs = [np.full(n, rank + 1, np.float32) for n in (100000, 200000, 50000)]
+    outs = hvd.grouped_allreduce(xs, op=hvd.Average, name="joined")
+    expected = np.float32(sum(range(1, size))) / np.float32(size)  # the joined rank adds zeros
+    for i, o in enumerate(outs):
+        if not np.allclose(o, expected, rtol=1e-6):
+            failures.append(["joined", i, float(o.min()), float(o.max()), float(expected)])
+    hvd.join()
+    return failures
+
+
 def allgather_with_different_first_dimensions_every_dtype():
     """Returns the cases whose gathered result differs from the concatenated inputs."""
     hvd.init()
