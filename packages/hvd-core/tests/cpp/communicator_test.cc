@@ -709,10 +709,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Member `victim` misbehaves via `victim_action`; every other member runs an
-// allreduce and must get kInternal within `limit` seconds.
+// allreduce (`survivor_call` on its data, comm.allreduce by default) and
+// must get kInternal within `limit` seconds.
 void expect_survivors_fail(Transport transport, int size, double timeout, double limit,
                            const std::function<void(Communicator&)>& victim_action,
-                           const std::string& message_part, size_t count = 100000) {
+                           const std::string& message_part, size_t count = 100000,
+                           const std::function<void(Communicator&, std::vector<float>&)>& survivor_call = nullptr) {
   run_world(transport, size, timeout, [&](Communicator& comm, int me) {
     if (me == size - 1) {
       victim_action(comm);
@@ -722,7 +724,10 @@ void expect_survivors_fail(Transport transport, int size, double timeout, double
     auto start = std::chrono::steady_clock::now();
     bool threw = false;
     try {
-      for (int i = 0; i < 3; ++i) comm.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+      for (int i = 0; i < 3; ++i) {
+        if (survivor_call) survivor_call(comm, data);
+        else comm.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+      }
     } catch (const Error& e) {
       threw = true;
       EXPECT_TRUE(e.code() == ErrorCode::kInternal);
@@ -785,6 +790,45 @@ HVD_TEST(shm_silent_member_times_out_naming_it) {
   expect_survivors_fail(Transport::kShm, 2, 1.0, 4.0,
                         [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); },
                         "global rank 1");
+}
+
+// A fused allreduce's piece reduced where its tensors lie waits like any
+// other: a silent member is named within the timeout, an abort midway
+// reaches everyone at once.
+HVD_TEST(shm_allreduce_parts_fails_promptly_when_a_member_is_silent_or_aborts) {
+  auto in_parts = [](Communicator& comm, std::vector<float>& data) {
+    // Three parts of the one buffer, in place.
+    std::vector<ArrayPart> parts;
+    auto* bytes = reinterpret_cast<unsigned char*>(data.data());
+    const size_t third = data.size() / 3;
+    for (size_t first = 0; first < data.size(); first += third) {
+      const size_t n = std::min(third, data.size() - first);
+      parts.push_back({bytes + first * sizeof(float), first, n});
+    }
+    EXPECT_TRUE(comm.allreduces_parts(data.size() * sizeof(float)));
+    comm.allreduce_parts(parts, parts, data.size(), DataType::kFloat32, ReduceOp::kSum, 0.5);
+  };
+  const size_t count = 512 * 1024 / sizeof(float);
+  expect_survivors_fail(Transport::kShm, 2, 1.0, 4.0,
+                        [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); },
+                        "global rank 1", count, in_parts);
+  expect_survivors_fail(
+      Transport::kShm, 3, 20.0, 2.0,
+      [&](Communicator& c) {
+        std::thread aborter([&c] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          c.abort("test abort");
+        });
+        std::vector<float> data(count, 1.0f);
+        try {
+          for (;;) in_parts(c, data);  // until the abort
+        } catch (const Error&) {
+        }
+        aborter.join();
+      },
+      "test abort", count, [&](Communicator& c, std::vector<float>& data) {
+        for (int i = 0; i < 1000000; ++i) in_parts(c, data);  // calls are in flight when the abort comes
+      });
 }
 
 HVD_TEST(tcp_silent_member_times_out_naming_it) {
