@@ -286,7 +286,13 @@ static PyObject* run_owned(PyObject* self, PyObject* const* args, Py_ssize_t nar
  * allreduce does in the engine. A sync_table is one thread's table of such
  * blocks (engine_calls keeps one per thread, beside the thread's handle
  * slot); run_cached() finds the block from the call's own arguments and the
- * array's header, and remember() adds one. */
+ * array's header, and remember() adds one.
+ *
+ * torch tensors (bind_torch) are taken too: horovod.torch's small allreduce
+ * spent twice the engine's time in Python deciding that a tensor is plain
+ * and finding its block. Without linking libtorch their fields are read
+ * through the tensor's own attributes, which from C cost a fraction of the
+ * interpreted checks. */
 
 /* NumPy's array object begins with these fields (PyArrayObject_fields in
  * numpy/ndarraytypes.h). Extensions compiled against NumPy read them
@@ -331,6 +337,14 @@ static int head_matches_buffer(PyObject* array, PyObject* dtype, int writable_co
   return same;
 }
 
+/* torch.Tensor, torch.empty_like and torch.strided once bind_torch() took
+ * them; NULL: torch tensors are not taken. */
+static PyObject* torch_tensor_type;
+static PyObject* torch_empty_like;
+static PyObject* torch_strided;
+static PyObject *str_requires_grad, *str_is_cpu, *str_layout, *str_is_contiguous, *str_shape, *str_dtype,
+    *str_data_ptr;
+
 /* bind_numpy(ndarray, empty, plain, plain_dtype, view, view_dtype):
  * `plain` a writable C-contiguous array of two or more dimensions, `view` a
  * read-only strided view. True when their heads read as the buffer protocol
@@ -351,18 +365,122 @@ static PyObject* bind_numpy(PyObject* self, PyObject* const* args, Py_ssize_t na
   Py_RETURN_TRUE;
 }
 
-/* The head of an exact numpy.ndarray that is writable, C-contiguous and
- * non-empty with at most MAX_CACHED_DIMS dimensions; NULL for anything else. */
-static const numpy_array_head* plain_array(PyObject* object) {
+/* bind_torch(Tensor, empty_like, strided): takes torch tensors from now on. */
+static PyObject* bind_torch(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (check_count(nargs, 3, "bind_torch") != 0) return NULL;
+  if (!PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "bind_torch() needs torch.Tensor and torch.empty_like");
+    return NULL;
+  }
+  Py_XDECREF(torch_empty_like);
+  Py_XDECREF(torch_strided);
+  Py_XDECREF(torch_tensor_type);
+  torch_empty_like = Py_NewRef(args[1]);
+  torch_strided = Py_NewRef(args[2]);
+  torch_tensor_type = Py_NewRef(args[0]);
+  Py_RETURN_NONE;
+}
+
+/* What the table needs of a plain tensor: an exact numpy.ndarray that is
+ * writable and C-contiguous, or an exact torch.Tensor on the CPU, strided,
+ * contiguous and not requiring gradients (those go through autograd);
+ * non-empty with at most MAX_CACHED_DIMS dimensions either way. */
+typedef struct {
+  char* data;
+  PyObject* dtype; /* borrowed: numpy's from the array; torch's dtypes live as long as torch */
+  int nd;
+  int is_torch;
+  Py_ssize_t dims[MAX_CACHED_DIMS];
+} plain_tensor;
+
+static int plain_numpy(PyObject* object, plain_tensor* out) {
   const numpy_array_head* head = (const numpy_array_head*)object;
-  Py_ssize_t elements = 1;
-  int i;
-  if (ndarray_type == NULL || (PyObject*)Py_TYPE(object) != ndarray_type) return NULL;
   if ((head->flags & (NUMPY_C_CONTIGUOUS | NUMPY_WRITEABLE)) != (NUMPY_C_CONTIGUOUS | NUMPY_WRITEABLE) ||
       head->nd > MAX_CACHED_DIMS)
-    return NULL;
-  for (i = 0; i < head->nd; ++i) elements *= head->dimensions[i];
-  return elements > 0 ? head : NULL;
+    return 0;
+  out->data = head->data;
+  out->dtype = head->descr;
+  out->nd = head->nd;
+  out->is_torch = 0;
+  memcpy(out->dims, head->dimensions, sizeof(Py_ssize_t) * (size_t)head->nd);
+  return 1;
+}
+
+/* Whether attribute `name` of `object` is `wanted` (compared by identity). */
+static int attribute_is(PyObject* object, PyObject* name, PyObject* wanted) {
+  PyObject* value = PyObject_GetAttr(object, name);
+  int same = value == wanted;
+  Py_XDECREF(value);
+  return same;
+}
+
+/* Whether calling method `name` of `object` returns `wanted`; with the
+ * result as an address in *address when `address` is not NULL. */
+static int method_gives(PyObject* object, PyObject* name, PyObject* wanted, void** address) {
+  PyObject* value = PyObject_CallMethodObjArgs(object, name, NULL);
+  int ok = value != NULL && (address == NULL ? value == wanted : PyLong_CheckExact(value));
+  if (ok && address != NULL) {
+    *address = PyLong_AsVoidPtr(value);
+    ok = *address != NULL;
+  }
+  Py_XDECREF(value);
+  return ok;
+}
+
+static int plain_torch(PyObject* object, plain_tensor* out) {
+  PyObject *shape, *dtype;
+  void* data;
+  Py_ssize_t i, nd;
+  int ok;
+  if (!attribute_is(object, str_requires_grad, Py_False) || !attribute_is(object, str_is_cpu, Py_True) ||
+      !attribute_is(object, str_layout, torch_strided) || !method_gives(object, str_is_contiguous, Py_True, NULL))
+    return 0;
+  shape = PyObject_GetAttr(object, str_shape);
+  ok = shape != NULL && PyTuple_Check(shape) && (nd = PyTuple_Size(shape)) <= MAX_CACHED_DIMS;
+  for (i = 0; ok && i < nd; ++i) {
+    out->dims[i] = PyLong_AsSsize_t(PyTuple_GetItem(shape, i));
+    ok = out->dims[i] >= 0;
+  }
+  Py_XDECREF(shape);
+  if (!ok) return 0;
+  dtype = PyObject_GetAttr(object, str_dtype);
+  if (dtype == NULL) return 0;
+  out->dtype = dtype; /* see plain_tensor */
+  Py_DECREF(dtype);
+  if (!method_gives(object, str_data_ptr, NULL, &data)) return 0; /* 0: an empty tensor */
+  out->data = (char*)data;
+  out->nd = (int)nd;
+  out->is_torch = 1;
+  return 1;
+}
+
+/* Fills *out for a plain tensor (see plain_tensor); 0 for anything else,
+ * with no error left set. */
+static int plain_tensor_of(PyObject* object, plain_tensor* out) {
+  PyObject* type = (PyObject*)Py_TYPE(object);
+  Py_ssize_t elements = 1;
+  int i, plain = 0;
+  if (type == ndarray_type && ndarray_type != NULL) plain = plain_numpy(object, out);
+  else if (type == torch_tensor_type && torch_tensor_type != NULL) plain = plain_torch(object, out);
+  if (PyErr_Occurred()) PyErr_Clear(); /* whatever failed, the general path will say */
+  if (!plain) return 0;
+  for (i = 0; i < out->nd; ++i) elements *= out->dims[i];
+  return elements > 0;
+}
+
+/* Reads a new output made like a plain tensor. torch.empty_like of a plain
+ * tensor is one (unless a torch function mode made something else): only
+ * its type and address are read. */
+static int plain_output(PyObject* output, plain_tensor* out) {
+  void* data;
+  if ((PyObject*)Py_TYPE(output) != torch_tensor_type || torch_tensor_type == NULL)
+    return plain_tensor_of(output, out);
+  if (!method_gives(output, str_data_ptr, NULL, &data)) {
+    PyErr_Clear();
+    return 0;
+  }
+  out->data = (char*)data;
+  return 1;
 }
 
 /* What a call is looked up by, besides the array's dtype and shape. */
@@ -378,6 +496,7 @@ typedef struct {
   PyObject* owner;        /* the block's memory (a ctypes buffer); NULL: a free entry */
   PyObject* dtype;
   PyObject* shape;        /* the array's shape as a tuple: a new output is numpy.empty(shape, dtype) */
+  int is_torch;           /* a torch call: a new output is torch.empty_like(tensor) */
   char* block;
   Py_ssize_t in_offset, out_offset;
   Py_uhash_t hash;
@@ -473,7 +592,7 @@ static int real_number(PyObject* value, double* out) {
 /* Reads args (table, collective, tensor, in_place, name, op, root_rank,
  * prescale, postscale, process_set_id) into *key. 1: readable; 0 (no error
  * set): something the Python path has to take; -1: an error. */
-static int read_call(PyObject* const* args, sync_table** table, const numpy_array_head** array, call_key* key,
+static int read_call(PyObject* const* args, sync_table** table, plain_tensor* array, call_key* key,
                      Py_uhash_t* hash) {
   int i;
   Py_hash_t name_hash;
@@ -483,10 +602,9 @@ static int read_call(PyObject* const* args, sync_table** table, const numpy_arra
     return -1;
   }
   *table = (sync_table*)args[0];
-  *array = plain_array(args[2]);
   key->in_place = args[3] == Py_True;
   key->name = args[4];
-  if (*array == NULL || (key->name != Py_None && !PyUnicode_CheckExact(key->name)) ||
+  if (!plain_tensor_of(args[2], array) || (key->name != Py_None && !PyUnicode_CheckExact(key->name)) ||
       !exact_int(args[1], &key->collective) || !exact_int(args[5], &key->op) ||
       !exact_int(args[6], &key->root_rank) || !real_number(args[7], &key->prescale) ||
       !real_number(args[8], &key->postscale) || !exact_int(args[9], &key->process_set_id)) {
@@ -501,18 +619,18 @@ static int read_call(PyObject* const* args, sync_table** table, const numpy_arra
   /* Unsigned: the mixing wraps around. */
   h = (Py_uhash_t)name_hash * 1000003u ^
       ((Py_uhash_t)key->collective * 31u + (Py_uhash_t)key->op * 7u + (Py_uhash_t)key->in_place);
-  for (i = 0; i < (*array)->nd; ++i) h = h * 1000003u ^ (Py_uhash_t)(*array)->dimensions[i];
+  for (i = 0; i < array->nd; ++i) h = h * 1000003u ^ (Py_uhash_t)array->dims[i];
   *hash = h;
   return 1;
 }
 
-static int same_key(const table_entry* entry, const call_key* key, const numpy_array_head* array, Py_uhash_t hash) {
+static int same_key(const table_entry* entry, const call_key* key, const plain_tensor* array, Py_uhash_t hash) {
   const call_key* k = &entry->key;
-  if (entry->owner == NULL || entry->hash != hash || entry->dtype != array->descr || entry->nd != array->nd ||
+  if (entry->owner == NULL || entry->hash != hash || entry->dtype != array->dtype || entry->nd != array->nd ||
       k->collective != key->collective || k->in_place != key->in_place || k->op != key->op ||
       k->root_rank != key->root_rank || k->process_set_id != key->process_set_id ||
       k->prescale != key->prescale || k->postscale != key->postscale ||
-      memcmp(entry->dims, array->dimensions, sizeof(Py_ssize_t) * (size_t)array->nd) != 0)
+      memcmp(entry->dims, array->dims, sizeof(Py_ssize_t) * (size_t)array->nd) != 0)
     return 0;
   if (k->name == key->name) return 1;
   return k->name != Py_None && key->name != Py_None && PyUnicode_Compare(k->name, key->name) == 0;
@@ -520,7 +638,7 @@ static int same_key(const table_entry* entry, const call_key* key, const numpy_a
 
 /* A table call whose result the engine allocates (allgather,
  * reducescatter: blocks without an output pointer); see run_cached. */
-static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, const numpy_array_head* array) {
+static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, const plain_tensor* array) {
   void* error;
   DLManagedTensor* managed;
   Py_ssize_t bytes;
@@ -547,7 +665,7 @@ static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, co
 
 /* run_cached(table, collective, tensor, in_place, name, op, root_rank,
  * prescale, postscale, process_set_id): the call, when `table` has its
- * block and `tensor` is a plain array (see plain_array). Returns the result
+ * block and `tensor` is a plain tensor (see plain_tensor). Returns the result
  * (`tensor` in place, else a new array like it) once the operation has
  * finished; None, having done nothing, when the call is not in the table;
  * (hvd_error* as an int, result) when it failed or is still in flight (its
@@ -560,8 +678,7 @@ static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, co
  * failed or is still in flight, for the caller to finish. */
 static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   sync_table* table;
-  const numpy_array_head* array;
-  const numpy_array_head* out_array;
+  plain_tensor array, out_array;
   call_key key;
   Py_uhash_t hash;
   table_entry* entry = NULL;
@@ -573,25 +690,25 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (readable <= 0) return readable < 0 ? NULL : Py_NewRef(Py_None);
   for (i = 0; i < TABLE_PROBES && entry == NULL; ++i) {
     table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
-    if (same_key(candidate, &key, array, hash)) entry = candidate;
+    if (same_key(candidate, &key, &array, hash)) entry = candidate;
   }
   if (entry == NULL || enqueue_wait == NULL) return Py_NewRef(Py_None);
   Py_CLEAR(table->pending_output);
-  if (entry->out_offset < 0) return run_owned_entry(table, entry, array);
+  if (entry->out_offset < 0) return run_owned_entry(table, entry, &array);
   out_array = array;
   if (key.in_place) {
     output = Py_NewRef(args[2]);
   } else {
-    output = PyObject_CallFunctionObjArgs(empty, entry->shape, entry->dtype, NULL);
+    output = entry->is_torch ? PyObject_CallFunctionObjArgs(torch_empty_like, args[2], NULL)
+                             : PyObject_CallFunctionObjArgs(empty, entry->shape, entry->dtype, NULL);
     if (output == NULL) return NULL;
-    out_array = plain_array(output);
-    if (out_array == NULL) {
+    if (!plain_output(output, &out_array)) {
       Py_DECREF(output);
       return Py_NewRef(Py_None);
     }
   }
-  store_address(entry->block, entry->in_offset, array->data);
-  if (entry->out_offset >= 0) store_address(entry->block, entry->out_offset, out_array->data);
+  store_address(entry->block, entry->in_offset, array.data);
+  store_address(entry->block, entry->out_offset, out_array.data);
   outcome = enqueue_and_wait(entry->block, table->slot);
   if (outcome == Py_None) {
     Py_DECREF(outcome);
@@ -613,7 +730,7 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
  * not one run_cached() takes. */
 static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   sync_table* table;
-  const numpy_array_head* array;
+  plain_tensor array;
   call_key key;
   Py_uhash_t hash;
   table_entry* entry = NULL;
@@ -631,23 +748,26 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
     PyErr_SetString(PyExc_ValueError, "null argument block");
     return NULL;
   }
+  /* An engine-allocated result comes back as a numpy array: not for torch. */
+  if (array.is_torch && out_offset < 0) Py_RETURN_FALSE;
   for (i = 0; i < TABLE_PROBES && entry == NULL; ++i) {
     table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
-    if (candidate->owner == NULL || same_key(candidate, &key, array, hash)) entry = candidate;
+    if (candidate->owner == NULL || same_key(candidate, &key, &array, hash)) entry = candidate;
   }
   if (entry == NULL) entry = &table->entries[hash & (TABLE_SIZE - 1)];
   clear_entry(entry);
   entry->key = key;
   Py_INCREF(key.name);
   entry->owner = Py_NewRef(args[10]);
-  entry->dtype = Py_NewRef(array->descr);
-  entry->shape = PyTuple_New(array->nd);
+  entry->dtype = Py_NewRef(array.dtype);
+  entry->is_torch = array.is_torch;
+  entry->shape = PyTuple_New(array.nd);
   if (entry->shape == NULL) {
     clear_entry(entry);
     return NULL;
   }
-  for (i = 0; i < array->nd; ++i) {
-    PyObject* extent = PyLong_FromSsize_t(array->dimensions[i]);
+  for (i = 0; i < array.nd; ++i) {
+    PyObject* extent = PyLong_FromSsize_t(array.dims[i]);
     if (extent == NULL) {
       clear_entry(entry);
       return NULL;
@@ -658,8 +778,8 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
   entry->in_offset = in_offset;
   entry->out_offset = out_offset;
   entry->hash = hash;
-  entry->nd = array->nd;
-  memcpy(entry->dims, array->dimensions, sizeof(Py_ssize_t) * (size_t)array->nd);
+  entry->nd = array.nd;
+  memcpy(entry->dims, array.dims, sizeof(Py_ssize_t) * (size_t)array.nd);
   Py_RETURN_TRUE;
 }
 
@@ -679,6 +799,8 @@ static PyMethodDef methods[] = {
      "Runs a packed collective whose result the engine allocates."},
     {"bind_numpy", (PyCFunction)(void (*)(void))bind_numpy, METH_FASTCALL,
      "Checks numpy's array layout and takes numpy.empty."},
+    {"bind_torch", (PyCFunction)(void (*)(void))bind_torch, METH_FASTCALL,
+     "Takes torch.Tensor, torch.empty_like and torch.strided: torch tensors are then taken too."},
     {"sync_table", (PyCFunction)(void (*)(void))new_sync_table, METH_FASTCALL, "A thread's table of call blocks."},
     {"run_cached", (PyCFunction)(void (*)(void))run_cached, METH_FASTCALL, "Runs a call from a sync_table."},
     {"remember", (PyCFunction)(void (*)(void))remember, METH_FASTCALL, "Adds a call's block to a sync_table."},
@@ -691,7 +813,17 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
+static PyObject** const attribute_names[] = {&str_requires_grad, &str_is_cpu, &str_layout, &str_is_contiguous,
+                                              &str_shape, &str_dtype, &str_data_ptr};
+static const char* const attribute_texts[] = {"requires_grad", "is_cpu", "layout", "is_contiguous",
+                                              "shape", "dtype", "data_ptr"};
+
 PyMODINIT_FUNC PyInit__hvd_fastcall(void) {
+  size_t i;
+  for (i = 0; i < sizeof attribute_names / sizeof attribute_names[0]; ++i) {
+    if (*attribute_names[i] == NULL) *attribute_names[i] = PyUnicode_InternFromString(attribute_texts[i]);
+    if (*attribute_names[i] == NULL) return NULL;
+  }
   if (sync_table_type == NULL) {
     sync_table_type = PyType_FromSpec(&sync_table_spec);
     if (sync_table_type == NULL) return NULL;

@@ -418,6 +418,14 @@ def _bind_numpy(module):
     module.bind_numpy(np.ndarray, np.empty, plain, plain.dtype, view, view.dtype)
 
 
+def take_torch_tensors(torch):
+    """Lets the accelerator's table (run_cached_block, remember_block) take
+    plain torch CPU tensors as well as numpy arrays; a no-op without it."""
+    fast = fastcall()
+    if fast and hasattr(fast, "bind_torch"):  # an older build of the accelerator lacks it
+        fast.bind_torch(torch.Tensor, torch.empty_like, torch.strided)
+
+
 def fastcall():
     """The C accelerator module, or False when this process runs without it."""
     global _fast
@@ -480,10 +488,11 @@ def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale
     allgather and reducescatter: a new array when it is at most
     TABLE_COPIED_RESULT_BYTES, else its DLManagedTensor address, now the
     caller's). None, having done nothing, when the block is not there,
-    `tensor` is not a plain writable contiguous non-empty numpy array,
-    without the accelerator, or while interrupted operations wait to be
-    released: the caller's general path then does it. At 4 KiB every frame
-    and dictionary lookup less is measurable."""
+    `tensor` is not a plain writable contiguous non-empty numpy array (or,
+    after take_torch_tensors, a plain CPU torch tensor not requiring
+    gradients), without the accelerator, or while interrupted operations
+    wait to be released: the caller's general path then does it. At 4 KiB
+    every frame and dictionary lookup less is measurable."""
     state = getattr(_templates, "sync", None)
     if state is None or state.table is None or _abandoned:
         return None

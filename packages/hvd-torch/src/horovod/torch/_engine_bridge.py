@@ -20,7 +20,8 @@ from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync_addresses,
-                                         sync_template, thread_sync)
+                                         remember_block, run_cached_block, sync_template, take_torch_tensors,
+                                         thread_sync)
 from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
                                     owned_address, received_splits, result, run_sync, run_sync_owned)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
@@ -182,6 +183,7 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
 _STRIDED = torch.strided
 _ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other users of thread_sync().blocks
 _MAX_SYNC_BLOCKS = 4096
+_ALLREDUCE = c_api.ALLREDUCE
 
 
 def _plain_cpu(tensor):
@@ -194,6 +196,34 @@ def _result_from_pool(tensor):
     allocate its result (from the pool of reused blocks; see
     horovod.common.engine_calls.ENGINE_ALLOCATED_ALLREDUCE_BYTES) instead of a new tensor."""
     return _plain_cpu(tensor) and tensor.nbytes >= ENGINE_ALLOCATED_ALLREDUCE_BYTES
+
+
+def _cached_allreduce(tensor, in_place, name, op, prescale_factor, postscale_factor, process_set_id):
+    """The steady state of a small synchronous allreduce: the C accelerator
+    finds the argument block _allreduce_now left for this call and runs it
+    (see horovod.common.engine_calls.run_cached_block). The result (`tensor`
+    itself when `in_place`, else a new tensor like it); None, having done
+    nothing, for a call the accelerator does not take: the caller goes on to
+    _allreduce_now."""
+    try:
+        return run_cached_block(_ALLREDUCE, tensor, in_place, name, op, 0, prescale_factor, postscale_factor,
+                                process_set_id)
+    except _CoreMismatchError as e:
+        _raise_torch_error(e)
+
+
+_torch_tensors_taken = False
+
+
+def _remember_allreduce(state, block, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set_id):
+    """Hands a new argument block of _allreduce_now to the C accelerator's
+    table, which _cached_allreduce looks in."""
+    global _torch_tensors_taken
+    if not _torch_tensors_taken:
+        take_torch_tensors(torch)
+        _torch_tensors_taken = True
+    remember_block(state, block, _ALLREDUCE, tensor, in_place, name, op, 0, prescale_factor, postscale_factor,
+                   process_set_id)
 
 
 def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=None):
@@ -227,6 +257,8 @@ def _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_
                 if len(state.blocks) >= _MAX_SYNC_BLOCKS:
                     state.blocks.clear()
                 state.blocks[key] = entry
+                _remember_allreduce(state, entry, tensor, in_place, name, op, prescale_factor, postscale_factor,
+                                    process_set_id)
         if entry is not None:
             out = tensor if in_place else torch.empty_like(tensor)
             try:

@@ -19,6 +19,7 @@ from horovod.common.process_sets import process_set_id_of as _process_set_id
 from horovod.common.util import get_average_backwards_compatibility_fun
 
 from horovod.torch._engine_bridge import (HorovodCollectiveMismatchError, _allgather_now, _allreduce_async,
+                                          _cached_allreduce,
                                           _allreduce_now, _broadcast_async, _broadcast_now, _gather_like_async,
                                           _handles, _handles_synchronize, _owned_result_now, _result_from_pool,
                                           _splits_device, _splits_list)
@@ -167,6 +168,14 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         A new tensor with the shape and dtype of `tensor`, holding the reduction over
         the ranks.
     """
+    if average is None and compression is Compression.none and not _compiling():
+        # A repeated small call, the latency-bound case: one C call finds and
+        # runs it (gradients and anything else unusual come back as None).
+        reduced = _cached_allreduce(tensor, False, name, Average if op is None else op, prescale_factor,
+                                    postscale_factor, 0 if process_set is global_process_set else
+                                    _process_set_id(process_set))
+        if reduced is not None:
+            return reduced
     op = handle_average_backwards_compatibility(op, average)
     # Compression.none's calls do nothing, and a small allreduce is bound by its overheads.
     uncompressed = compression is Compression.none
@@ -243,8 +252,11 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         `tensor` itself, now holding the reduction over the ranks.
     """
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, _process_set_id(process_set),
-                          output=tensor)
+    process_set_id = _process_set_id(process_set)
+    if not _compiling() and _cached_allreduce(tensor, True, name, op, prescale_factor, postscale_factor,
+                                              process_set_id) is not None:
+        return tensor
+    return _allreduce_now(tensor, op, name, prescale_factor, postscale_factor, process_set_id, output=tensor)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

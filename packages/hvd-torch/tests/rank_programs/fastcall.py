@@ -1,0 +1,188 @@
+# fastcall.py - rank side of test_fastcall.py: repeated small allreduces of
+# torch tensors, which hvd-core's C accelerator finds in its table of
+# argument blocks, told apart by every argument; the tensors it must leave
+# to the Python path; a mismatch and an interrupt met there.
+"""Rank programs for test_fastcall.py."""
+
+import os
+import signal
+import threading
+import time
+
+import torch
+
+import horovod.torch as hvd
+from horovod.common import engine_calls
+
+torch.set_num_threads(1)  # ranks share two cores
+
+
+class _TableHits:
+    """Wraps the loaded accelerator and counts the run_cached calls that
+    found their block (returned something other than None)."""
+
+    def __init__(self, module):
+        self.module, self.hits = module, 0
+
+    def __getattr__(self, name):
+        function = getattr(self.module, name)
+        if name != "run_cached":
+            return function
+
+        def counted(*args):
+            outcome = function(*args)
+            self.hits += outcome is not None
+            return outcome
+        return counted
+
+
+def table_takes_plain_tensors(repeats=3):
+    """Calls that differ from the first in one thing only, each made
+    `repeats` times in a row. Returns, per case: [label, whether every
+    result was right, the table hits over the case]."""
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    engine_calls._fast = counter = _TableHits(engine_calls.fastcall())
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3) + rank
+    total = sum(torch.arange(6, dtype=torch.float64).reshape(2, 3) + r for r in range(size)).float()
+    graded = x.clone().requires_grad_()
+    parameter = torch.nn.Parameter(x.clone(), requires_grad=False)
+
+    def in_place(tensor, **kwargs):
+        copy = tensor.clone()
+        out = hvd.allreduce_(copy, name="k", **kwargs)
+        return out if out is copy else None  # allreduce_ returns the tensor it was given
+
+    def with_gradient():
+        graded.grad = None
+        out = hvd.allreduce(graded, op=hvd.Sum, name="k")
+        out.sum().backward()
+        # Through autograd, and the gradient of a sum is the sum of the ranks' ones.
+        right = out.grad_fn is not None and torch.equal(graded.grad, torch.full_like(x, float(size)))
+        return out if right else None
+
+    def refused_view():
+        try:
+            hvd.allreduce(x.t(), op=hvd.Sum, name="k")
+        except ValueError:  # Horovod's torch binding needs contiguous tensors
+            return total
+        return None
+
+    def no_grad_mode():
+        with torch.no_grad():
+            return hvd.allreduce(graded, op=hvd.Sum, name="k")
+
+    cases = [
+        ("sum", lambda: hvd.allreduce(x, op=hvd.Sum, name="k"), total),
+        ("equal name, another string", lambda: hvd.allreduce(x, op=hvd.Sum, name="".join(["k", ""])), total),
+        ("average by default", lambda: hvd.allreduce(x, name="k"), total / size),
+        ("prescale", lambda: hvd.allreduce(x, op=hvd.Sum, name="k", prescale_factor=2.0), 2 * total),
+        ("postscale", lambda: hvd.allreduce(x, op=hvd.Sum, name="k", postscale_factor=0.5), total / 2),
+        ("min", lambda: hvd.allreduce(x, op=hvd.Min, name="k"), x - rank),
+        ("shape", lambda: hvd.allreduce(x.reshape(3, 2), op=hvd.Sum, name="k"), total.reshape(3, 2)),
+        ("float64", lambda: hvd.allreduce(x.double(), op=hvd.Sum, name="k"), total.double()),
+        ("bfloat16", lambda: hvd.allreduce(x.bfloat16(), op=hvd.Sum, name="k"), total.bfloat16()),
+        ("int32", lambda: hvd.allreduce(x.int(), op=hvd.Sum, name="k"), total.int()),
+        ("zero dimensions", lambda: hvd.allreduce(x[1, 2].clone(), op=hvd.Sum, name="k"), total[1, 2]),
+        ("other name", lambda: hvd.allreduce(x, op=hvd.Sum, name="k2"), total),
+        ("no name", lambda: hvd.allreduce(x, op=hvd.Sum), total),
+        ("in place", lambda: in_place(x, op=hvd.Sum), total),
+        ("in place, average", lambda: in_place(x), total / size),
+        # Left to the Python path: autograd, a subclass, a strided view, no elements.
+        ("requires grad", with_gradient, total),
+        ("requires grad, no_grad mode", no_grad_mode, total),
+        ("parameter", lambda: hvd.allreduce(parameter, op=hvd.Sum, name="k"), total),
+        ("not contiguous, refused", refused_view, total),
+        ("no elements", lambda: hvd.allreduce(x[:0], op=hvd.Sum, name="k"), total[:0]),
+    ]
+    outcomes = []
+    for label, call, expected in cases:
+        before = counter.hits
+        results = [call() for _ in range(repeats)]
+        right = all(type(r) is torch.Tensor and r.dtype == expected.dtype and r.shape == expected.shape
+                    and torch.equal(r.detach(), expected) for r in results)
+        outcomes.append([label, right, counter.hits - before])
+    # More distinct calls than the table has places: evicted blocks are made again.
+    before = counter.hits
+    right = all(torch.equal(hvd.allreduce(x + i, op=hvd.Sum, name="n%d" % i), total + size * i)
+                for i in range(200) for _ in range(2))
+    outcomes.append(["200 names", right, counter.hits - before])
+    # Out of place: a new tensor each time, the input left as it was.
+    first, second = hvd.allreduce(x, op=hvd.Sum, name="k"), hvd.allreduce(x, op=hvd.Sum, name="k")
+    untouched = torch.equal(x, torch.arange(6, dtype=torch.float32).reshape(2, 3) + rank)
+    outcomes.append(["new result, input untouched", untouched and first.data_ptr() != second.data_ptr()
+                     and first.data_ptr() != x.data_ptr(), 0])
+    hvd.shutdown()
+    return outcomes
+
+
+def mismatch_after_table_hits():
+    """Both ranks repeat one allreduce (so it is in the table), then rank 1
+    changes its shape under the same name: rank 0's call, made from the
+    table, must fail as rank 1's does. Returns what each call raised and the
+    engine's next result."""
+    hvd.init()
+    rank = hvd.rank()
+    engine_calls._fast = counter = _TableHits(engine_calls.fastcall())
+    report = {}
+    for _ in range(3):
+        hvd.allreduce(torch.ones(4), op=hvd.Sum, name="t")
+    report["hits before"] = counter.hits
+    try:
+        hvd.allreduce(torch.ones(4 + rank), op=hvd.Sum, name="t")
+        report["raised"] = None
+    except hvd.HorovodInternalError as e:
+        report["raised"] = [type(e).__module__ + "." + type(e).__name__, str(e)]
+    report["hits"] = counter.hits
+    report["after"] = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after").tolist()
+    hvd.shutdown()
+    return report
+
+
+def interrupted_in_a_repeated_allreduce(marker_dir, in_place):
+    """Rank 0 makes an allreduce from the table and is interrupted (SIGINT)
+    while rank 1 has not submitted it yet. Returns how long the interrupt
+    took, what the operation in flight keeps alive, and the results."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal has it
+    hvd.init()
+    rank = hvd.rank()
+    engine_calls._fast = counter = _TableHits(engine_calls.fastcall())
+    x = torch.arange(4, dtype=torch.float32) + rank
+    out = {}
+
+    def late():
+        if in_place:
+            hvd.allreduce_(x, op=hvd.Sum, name="late")
+        else:
+            out["reduced"] = hvd.allreduce(x, op=hvd.Sum, name="late").tolist()
+    late()  # once before: the block is in the table now (x is summed in place)
+    out.clear()
+    hits = counter.hits
+    marker = os.path.join(marker_dir, "interrupted")
+    if rank == 0:
+        sent = []
+
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(0.5, interrupt).start()
+        try:
+            late()
+            out["interrupted"] = False
+        except KeyboardInterrupt:
+            out["interrupted"] = True
+            out["waited"] = time.monotonic() - sent[0]
+            out["kept"] = [[list(t.shape) if isinstance(t, torch.Tensor) else t for t in kept]
+                           for kept in engine_calls._abandoned.values()]
+        open(marker, "w").close()
+    else:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        late()
+    out["from the table"] = counter.hits - hits
+    # Rank 0's interrupted operation completed once rank 1 submitted it.
+    out["after"] = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after").tolist()
+    out["x"] = x.tolist()
+    hvd.shutdown()
+    return out
