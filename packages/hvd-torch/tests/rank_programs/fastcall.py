@@ -4,15 +4,10 @@
 # to the Python path; a mismatch and an interrupt met there.
 """Rank programs for test_fastcall.py."""
 
-import os
-import signal
-import threading
-import time
-
 import torch
 
 import horovod.torch as hvd
-from horovod.common import engine_calls
+from horovod.common import engine_calls, testing
 
 torch.set_num_threads(1)  # ranks share two cores
 
@@ -143,7 +138,6 @@ def interrupted_in_a_repeated_allreduce(marker_dir, in_place):
     """Rank 0 makes an allreduce from the table and is interrupted (SIGINT)
     while rank 1 has not submitted it yet. Returns how long the interrupt
     took, what the operation in flight keeps alive, and the results."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal has it
     hvd.init()
     rank = hvd.rank()
     engine_calls._fast = counter = _TableHits(engine_calls.fastcall())
@@ -158,28 +152,13 @@ def interrupted_in_a_repeated_allreduce(marker_dir, in_place):
     late()  # once before: the block is in the table now (x is summed in place)
     out.clear()
     hits = counter.hits
-    marker = os.path.join(marker_dir, "interrupted")
+    waited = testing.interrupt_first_rank(late, rank, marker_dir)
     if rank == 0:
-        sent = []
-
-        def interrupt():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(0.5, interrupt).start()
-        try:
-            late()
-            out["interrupted"] = False
-        except KeyboardInterrupt:
-            out["interrupted"] = True
-            out["waited"] = time.monotonic() - sent[0]
+        out["interrupted"] = waited is not None
+        if waited is not None:
+            out["waited"] = waited
             out["kept"] = [[list(t.shape) if isinstance(t, torch.Tensor) else t for t in kept]
                            for kept in engine_calls._abandoned.values()]
-        open(marker, "w").close()
-    else:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        late()
     out["from the table"] = counter.hits - hits
     # Rank 0's interrupted operation completed once rank 1 submitted it.
     out["after"] = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after").tolist()

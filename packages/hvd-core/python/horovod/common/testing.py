@@ -10,9 +10,11 @@
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 
@@ -169,6 +171,38 @@ def run_program(size, target, path=None, kwargs=None, **run_kwargs):
 def run_program_ok(size, target, path=None, kwargs=None, **run_kwargs):
     """Like run_program(), but asserts every rank exited 0; returns what each rank reported, in rank order."""
     return run_ok(size, _program_script(target, path, kwargs), **run_kwargs)
+
+
+def interrupt_first_rank(call, rank, marker_dir, delay=0.5, wait_limit=30.0):
+    """Ctrl-C in a collective, seen from inside a rank program: rank 0 makes
+    `call` and gets SIGINT `delay` seconds in (Python's KeyboardInterrupt
+    handler installed, as a terminal has it; a rank started from a
+    background job inherits SIGINT ignored); every other rank makes `call`
+    only once rank 0 has been interrupted (a file in `marker_dir` says so),
+    however slowly a loaded machine runs the ranks. Returns, on rank 0, the
+    seconds from the signal to the KeyboardInterrupt, or None when `call`
+    returned first; None on the other ranks."""
+    marker = os.path.join(marker_dir, "interrupted")
+    if rank != 0:
+        deadline = time.monotonic() + wait_limit
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        call()
+        return None
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sent = []
+
+    def interrupt():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Timer(delay, interrupt).start()
+    try:
+        call()
+        waited = None
+    except KeyboardInterrupt:
+        waited = time.monotonic() - sent[0]
+    open(marker, "w").close()
+    return waited
 
 
 def horovodrun(*args, env=None, timeout=120, cwd=None, **subprocess_kwargs):

@@ -2,21 +2,16 @@
 # rank waits on a collective.
 """Rank programs for test_interrupts.py."""
 
-import os
 import signal
-import threading
 import time
 
 import numpy as np
 
 import horovod.common as hvd
-from horovod.common import engine_calls
+from horovod.common import engine_calls, testing
 
 
 def rank_0_interrupted_in_a_collective(marker_dir, collective="allreduce_", warm_up=False):
-    # A rank started from a background job inherits SIGINT ignored, and Python
-    # then installs no KeyboardInterrupt handler: put it in place, as a terminal has.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     hvd.init()
     out = {}
     x = np.arange(4, dtype=np.float32) + hvd.rank()
@@ -32,32 +27,15 @@ def rank_0_interrupted_in_a_collective(marker_dir, collective="allreduce_", warm
     if warm_up:  # the same call made once before: its block is cached (the accelerator's table)
         late()
         out.clear()
-    # Rank 1 submits "late" only once rank 0 has been interrupted in it (a file
-    # says so), however slowly a loaded machine runs the ranks.
-    marker = os.path.join(marker_dir, "interrupted")
+    waited = testing.interrupt_first_rank(late, hvd.rank(), marker_dir)
     if hvd.rank() == 0:
-        sent = []
-
-        def interrupt():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(0.5, interrupt).start()
-        try:
-            late()
-            out["interrupted"] = False
-        except KeyboardInterrupt:
-            out["interrupted"] = True
-            out["waited"] = time.monotonic() - sent[0]  # from the signal to the exception
+        out["interrupted"] = waited is not None
+        if waited is not None:
+            out["waited"] = waited  # from the signal to the exception
             # What the operation still in flight keeps alive: for an out-of-place
             # call, the result array it writes into, which the caller never got.
             out["kept"] = [[list(a.shape) for a in kept if isinstance(a, np.ndarray)] if isinstance(kept, tuple)
                            else [list(kept.shape)] for kept in engine_calls._abandoned.values()]
-        open(marker, "w").close()
-    else:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        late()
     # The interrupted collective was still in flight on rank 0 and completed
     # once rank 1 submitted it: an allreduce_ into x, which hvd kept alive.
     after = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="after")

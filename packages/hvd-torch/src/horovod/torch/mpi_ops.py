@@ -19,10 +19,9 @@ from horovod.common.process_sets import process_set_id_of as _process_set_id
 from horovod.common.util import get_average_backwards_compatibility_fun
 
 from horovod.torch._engine_bridge import (HorovodCollectiveMismatchError, _allgather_now, _allreduce_async,
-                                          _cached_allreduce,
-                                          _allreduce_now, _broadcast_async, _broadcast_now, _gather_like_async,
-                                          _handles, _handles_synchronize, _owned_result_now, _result_from_pool,
-                                          _splits_device, _splits_list)
+                                          _allreduce_now, _broadcast_async, _broadcast_now, _cached_allreduce,
+                                          _gather_like_async, _handles, _handles_synchronize, _owned_result_now,
+                                          _result_from_pool, _splits_device, _splits_list)
 from horovod.torch.compression import Compression
 
 # The bridge's internals were defined here before it had a module of its own;
