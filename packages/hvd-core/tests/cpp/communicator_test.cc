@@ -401,12 +401,15 @@ HVD_TEST(shm_allgatherv_single_copy_and_slots_give_the_same_bytes) {
   ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
-// Broadcasts from 4 MiB up are read straight out of the root's buffer
-// (process_vm_readv); with HVD_SHM_SINGLE_COPY=0 and when members other than
-// 0 may not read ("deny-for-tests", the first large call falls back on every
-// member together) they go through the slots. Every root, sizes that are no
-// multiple of a slot, back to back with small broadcasts: every member must
-// end with the root's bytes, and nothing past the end may change.
+// Broadcasts from 4 MiB up go from the root's buffer straight into the
+// others' (the root writes the head of each with process_vm_writev, each
+// member reads the rest with process_vm_readv); with HVD_SHM_SINGLE_COPY=0
+// and when members other than 0 may not copy ("deny-for-tests", the first
+// large call falls back on every member together, whichever the root) they
+// go through the slots. Every root, sizes that are no multiple of a slot or
+// a page, back to back with small broadcasts: every member must end with the
+// root's bytes (the head as well as the rest), and nothing past the end may
+// change.
 HVD_TEST(shm_large_broadcast_single_copy_and_slots_give_the_root_bytes) {
   for (const char* single_copy : {"1", "0", "deny-for-tests"}) {
     ::setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);

@@ -83,12 +83,17 @@ constexpr auto kFutexSlice = std::chrono::milliseconds(10);
 // pieces) the two paths took the same time, and below that the slot path
 // needs one barrier where this one needs two.
 constexpr size_t kSingleCopyMinBytes = 128 * 1024;
-// A broadcast at least this big is read by every other member straight out
-// of the root's buffer (process_vm_readv): one copy instead of two and two
-// barriers instead of one per slot-sized region. Measured at P=2 on a 2-CPU
-// VM, broadcast benchmark, slots / single copy: 1 MiB 82 / 89 us, 2 MiB
-// 139 / 172, 4 MiB 275 / 255, 8 MiB 772 / 576, 16 MiB 2245 / 1191, 64 MiB
-// 7732 / 5942 us: below 4 MiB the slots' copies stay in the cache.
+// A broadcast at least this big goes from the root's buffer straight into
+// the other members' (broadcast_single_copy): one copy instead of two and
+// two barriers instead of one per slot-sized region. Measured at P=2 on a
+// 2-CPU VM, broadcast benchmark, slots / single copy (each member reading
+// all of it): 1 MiB 82 / 89 us, 2 MiB 139 / 172, 4 MiB 275 / 255, 8 MiB
+// 772 / 576, 16 MiB 2245 / 1191, 64 MiB 7732 / 5942 us: below 4 MiB the
+// slots' copies stay in the cache. Since the root shares the copying
+// (seventeenth session, AMD EPYC VM, two alternated runs, reading all /
+// shared): 4 MiB 534-538 / 245-247 us, 16 MiB 2746-3076 / 1173-1175, 64 MiB
+// 10803-10940 / 5871-8019; 3 MiB through the slots 204-207 us against
+// 248-266 shared, so the threshold stayed.
 constexpr size_t kSingleCopyBroadcastMinBytes = 4 * 1024 * 1024;
 // An allreduce of [kSingleCopyAllreduceMinBytes, kSingleCopyAllreduceMaxBytes)
 // among members that spin is a reduce-scatter plus an allgather that read
@@ -1035,6 +1040,16 @@ void ShmCommunicator::allgatherv(const void* in, void* out, const std::vector<si
 }
 
 int ShmCommunicator::read_member_memory(int member, uint64_t remote, unsigned char* dst, size_t bytes) const {
+  return move_member_memory(member, remote, dst, bytes, false);
+}
+
+int ShmCommunicator::write_member_memory(int member, uint64_t remote, const unsigned char* src, size_t bytes) const {
+  // process_vm_writev only reads the local iovec.
+  return move_member_memory(member, remote, const_cast<unsigned char*>(src), bytes, true);
+}
+
+int ShmCommunicator::move_member_memory(int member, uint64_t remote, unsigned char* local, size_t bytes,
+                                        bool write) const {
   if (deny_single_copy_) return EPERM;
   ShmMemberState* members = member_states(header_);
   // Every member has attached by the time anyone reads, so every pid is
@@ -1043,11 +1058,12 @@ int ShmCommunicator::read_member_memory(int member, uint64_t remote, unsigned ch
   if (namespace_id == 0 || members[member].pid_namespace.load() != namespace_id) return ESRCH;
   const pid_t pid = members[member].pid.load();
   while (bytes > 0) {
-    iovec local_iov{dst, bytes};
+    iovec local_iov{local, bytes};
     iovec remote_iov{reinterpret_cast<void*>(remote), bytes};
-    ssize_t got = process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0);
+    ssize_t got = write ? process_vm_writev(pid, &local_iov, 1, &remote_iov, 1, 0)
+                        : process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0);
     if (got <= 0) return got < 0 ? errno : EIO;
-    dst += got;
+    local += got;
     remote += static_cast<uint64_t>(got);
     bytes -= static_cast<size_t>(got);
   }
@@ -1094,16 +1110,25 @@ bool ShmCommunicator::allgatherv_single_copy(const unsigned char* input, unsigne
 
 bool ShmCommunicator::broadcast_single_copy(unsigned char* data, size_t bytes, int root) {
   ShmMemberState* members = member_states(header_);
-  if (rank_ == root) {
-    members[rank_].single_copy_input.store(reinterpret_cast<uint64_t>(data), std::memory_order_relaxed);
-  }
+  members[rank_].single_copy_input.store(reinterpret_cast<uint64_t>(data), std::memory_order_relaxed);
   step_barrier("broadcast");
+  // One copy per receiving member; shared out so that the root, which
+  // would otherwise only wait, copies as much as each of them: the first
+  // `head` bytes of every receiver (a page multiple) are the root's to write.
+  const size_t head = bytes / static_cast<size_t>(size_) / 4096 * 4096;
   int error = 0;
-  if (rank_ != root) {
-    error = read_member_memory(root, members[root].single_copy_input.load(std::memory_order_relaxed), data, bytes);
+  if (rank_ == root) {
+    for (int m = 0; m < size_ && error == 0 && head > 0; ++m) {
+      if (m == root) continue;
+      error = write_member_memory(m, members[m].single_copy_input.load(std::memory_order_relaxed), data, head);
+    }
+  } else {
+    const uint64_t source = members[root].single_copy_input.load(std::memory_order_relaxed);
+    error = read_member_memory(root, source + head, data + head, bytes - head);
   }
-  // The barrier inside keeps the root's buffer unchanged until everyone has
-  // read it. On failure the slots rewrite every member's buffer.
+  // The barrier inside keeps every buffer in place, and the root's
+  // unchanged, until all copies are done. On failure the slots rewrite
+  // every member's buffer.
   return agree_on_single_copy(error, "broadcast");
 }
 

@@ -131,18 +131,22 @@ class ShmCommunicator : public Communicator {
   // member could not, after which the communicator keeps to the slots.
   bool allgatherv_single_copy(const unsigned char* input, unsigned char* output,
                               const std::vector<size_t>& bytes_per_rank, const std::vector<size_t>& offsets);
+  // The root writes the head of its buffer into every other member's
+  // process while each of them reads the rest out of the root's; false when
+  // a copy was refused somewhere (every member then uses the slots).
+  bool broadcast_single_copy(unsigned char* data, size_t bytes, int root);
   // allreduce as a reduce-scatter and an allgather that read the other
   // members' input and output out of their processes; false, with nothing
   // written, when some member may not read the others' memory, after which
   // the communicator keeps to the slots.
-  // Non-root members read the root's buffer out of its process; false when
-  // reads were refused somewhere (every member then uses the slots).
-  bool broadcast_single_copy(unsigned char* data, size_t bytes, int root);
   bool allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count, DataType dtype,
                              ReduceOp op, double scale);
-  // Copies `bytes` from address `remote` of `member`'s process into `dst`;
-  // 0, or the errno that says why not.
+  // Copies `bytes` from address `remote` of `member`'s process into `dst`
+  // (read_member_memory), or from `src` to there (write_member_memory); 0,
+  // or the errno that says why not.
   int read_member_memory(int member, uint64_t remote, unsigned char* dst, size_t bytes) const;
+  int write_member_memory(int member, uint64_t remote, const unsigned char* src, size_t bytes) const;
+  int move_member_memory(int member, uint64_t remote, unsigned char* local, size_t bytes, bool write) const;
   // Every member says whether its reads failed (`error`, 0 for none), then
   // a step barrier; true when none did. Otherwise every member turns
   // single-copy collectives off for good, all at the same call.
