@@ -517,6 +517,72 @@ typedef struct {
 
 static PyObject* sync_table_type;
 
+/* An engine-allocated host result handed to numpy (handed_over): its bytes
+ * through the buffer protocol, writable, freed by the engine's deleter when
+ * the last array over them is gone. Taking the memory over through Python
+ * (an object with __array_interface__, a ctypes call of the deleter) cost
+ * several microseconds a call. */
+typedef struct {
+  PyObject_HEAD
+  DLManagedTensor* managed;
+  void* data;
+  Py_ssize_t bytes;
+} owned_memory;
+
+static PyObject* owned_memory_type;
+
+static int owned_memory_getbuffer(PyObject* self, Py_buffer* view, int flags) {
+  owned_memory* memory = (owned_memory*)self;
+  return PyBuffer_FillInfo(view, self, memory->data, memory->bytes, 0, flags);
+}
+
+static void owned_memory_dealloc(PyObject* self) {
+  owned_memory* memory = (owned_memory*)self;
+  PyTypeObject* type = Py_TYPE(self);
+  if (memory->managed != NULL && memory->managed->deleter != NULL) memory->managed->deleter(memory->managed);
+  ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+  Py_DECREF(type);
+}
+
+static PyType_Slot owned_memory_slots[] = {
+    {Py_tp_dealloc, (void*)owned_memory_dealloc},
+    {Py_bf_getbuffer, (void*)owned_memory_getbuffer},
+    {Py_tp_doc, (void*)"An engine-allocated result's memory, freed with the last array over it."},
+    {0, NULL},
+};
+
+static PyType_Spec owned_memory_spec = {
+    "_hvd_fastcall.owned_memory", sizeof(owned_memory), 0, Py_TPFLAGS_DEFAULT, owned_memory_slots,
+};
+
+/* The host result at `managed` as a numpy array of `dtype` over the
+ * engine's memory (which the array then owns); NULL with an error set when
+ * that failed (the result is freed), or the result's address as an int (the
+ * caller takes it over) for a device result or without numpy bound. */
+static PyObject* handed_over(DLManagedTensor* managed, PyObject* dtype) {
+  const DLTensor* t = &managed->dl_tensor;
+  owned_memory* memory;
+  PyObject *shape, *array;
+  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
+  int i;
+  if (ndarray_type == NULL || t->device.device_type != kDLCPU) return PyLong_FromVoidPtr(managed);
+  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
+  memory = (owned_memory*)((allocfunc)PyType_GetSlot((PyTypeObject*)owned_memory_type, Py_tp_alloc))(
+      (PyTypeObject*)owned_memory_type, 0);
+  if (memory == NULL) {
+    if (managed->deleter != NULL) managed->deleter(managed);
+    return NULL;
+  }
+  memory->managed = managed;
+  memory->data = (char*)t->data + t->byte_offset;
+  memory->bytes = bytes;
+  shape = shape_tuple(t);
+  array = shape == NULL ? NULL : PyObject_CallFunctionObjArgs(ndarray_type, shape, dtype, memory, NULL);
+  Py_XDECREF(shape);
+  Py_DECREF(memory); /* the array holds it now; on failure this frees the result */
+  return array;
+}
+
 static void clear_entry(table_entry* entry) {
   Py_CLEAR(entry->owner);
   Py_CLEAR(entry->dtype);
@@ -648,7 +714,7 @@ static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, co
   managed = table->result->output;
   if (error != NULL || managed == NULL) return Py_BuildValue("(N)", PyLong_FromVoidPtr(error));
   bytes = small_host_bytes(&managed->dl_tensor, table->copy_limit);
-  if (bytes < 0) return PyLong_FromVoidPtr(managed);
+  if (bytes < 0) return handed_over(managed, entry->dtype);
   shape = shape_tuple(&managed->dl_tensor);
   out = shape == NULL ? NULL : PyObject_CallFunctionObjArgs(empty, shape, entry->dtype, NULL);
   Py_XDECREF(shape);
@@ -673,8 +739,9 @@ static PyObject* run_owned_entry(sync_table* table, const table_entry* entry, co
  * pending_output until the next call, for an interrupt between here and
  * the caller). A call whose result the engine allocates returns it as a
  * new array when it is a host result of at most the table's copy_limit
- * bytes (the engine's freed), else as its DLManagedTensor address (the
- * caller owns it), or a 1-tuple holding the hvd_error* (0: none) when it
+ * bytes (the engine's freed), as an array over the engine's memory when it
+ * is a larger host one (handed_over), else as its DLManagedTensor address
+ * (the caller owns it), or a 1-tuple holding the hvd_error* (0: none) when it
  * failed or is still in flight, for the caller to finish. */
 static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   sync_table* table;
@@ -827,6 +894,10 @@ PyMODINIT_FUNC PyInit__hvd_fastcall(void) {
   if (sync_table_type == NULL) {
     sync_table_type = PyType_FromSpec(&sync_table_spec);
     if (sync_table_type == NULL) return NULL;
+  }
+  if (owned_memory_type == NULL) {
+    owned_memory_type = PyType_FromSpec(&owned_memory_spec);
+    if (owned_memory_type == NULL) return NULL;
   }
   return PyModule_Create(&module);
 }

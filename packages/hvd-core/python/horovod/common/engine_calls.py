@@ -40,7 +40,11 @@ COPIED_RESULT_BYTES = 16 << 10
 # The same for the accelerator's table of repeated numpy calls
 # (run_cached_block), which copies straight into a numpy.empty array: P=2
 # allgather, 32 KiB from each rank, 8.7-8.8 us copied against 9.9-10.0 taken
-# over; 128 KiB from each, 28.5-32.5 against 24.5-29.0 us.
+# over; 128 KiB from each, 28.5-32.5 against 24.5-29.0 us. Since the table
+# hands larger results to numpy in C (fastcall.c's handed_over, seventeenth
+# session: 128 KiB from each 21.8-35.6 us against 37.7-52.0 taken over in
+# Python), a limit of 1 KiB and this one gave the same times at 2-16 KiB
+# from each rank within the noise (three alternated runs), so it stayed.
 TABLE_COPIED_RESULT_BYTES = 64 << 10
 
 
@@ -485,8 +489,9 @@ def run_cached_block(collective, tensor, in_place, name, op, root_rank, prescale
     call (remember_block added it) and runs it on `tensor`, into `tensor`
     itself when `in_place`, else into a new array like it. Returns that
     result once the operation completed (for a result the engine allocates,
-    allgather and reducescatter: a new array when it is at most
-    TABLE_COPIED_RESULT_BYTES, else its DLManagedTensor address, now the
+    allgather and reducescatter: a new array, a copy when it is at most
+    TABLE_COPIED_RESULT_BYTES, else over the engine's memory, which the
+    array frees; a device result's DLManagedTensor address, now the
     caller's). None, having done nothing, when the block is not there,
     `tensor` is not a plain writable contiguous non-empty numpy array (or,
     after take_torch_tensors, a plain CPU torch tensor not requiring

@@ -4,11 +4,13 @@
 # a count of the calls that went through it.
 """Rank programs for test_fastcall.py."""
 
+import os
+
 import numpy as np
 
 import horovod.common as hvd
 from horovod.common import engine_calls
-from rank_programs.collectives import DTYPES, make
+from rank_programs.collectives import BF16, DTYPES, close, dt, make
 
 
 class _CountingAccelerator:
@@ -27,7 +29,9 @@ class _CountingAccelerator:
             outcome = function(*args)
             if name == "run_cached" and outcome is not None:
                 self.table_hits += 1
-                self.handovers += type(outcome) is int
+                # The engine's memory comes back under an array made in C
+                # (its base owns that memory), or as its address.
+                self.handovers += type(outcome) is int or getattr(outcome, "base", None) is not None
             return outcome
         return counted
 
@@ -149,3 +153,72 @@ def table_tells_calls_apart(repeats=3):
     outcomes.append(["input untouched", bool(np.array_equal(x, np.arange(6).reshape(2, 3) + rank)), 0])
     hvd.shutdown()
     return outcomes
+
+
+def _resident_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def table_hands_over_large_results(calls=300):
+    """Allgathers and reducescatters above the table's copy limit, repeated
+    so that the table runs them: their results come back as arrays over the
+    engine's memory, made in C. Each must be the gathered (reduced) data with
+    the input's dtype, the right shape, writable and C-contiguous; writing
+    into one must not touch the next; a view must keep its memory while
+    later calls of the same size reuse freed blocks; `calls` results dropped
+    at once must not pile up (resident memory); one kept past shutdown must
+    still read right, and be freed after it without harm. Returns the
+    failures and the handovers counted."""
+    import gc
+
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    engine_calls._fast = counter = _CountingAccelerator(engine_calls.fastcall())
+    failures = []
+    kept_views = []
+    shapes = {"float32": (64, 16, 32), "float16": (96, 512), "int8": (300000,), "bfloat16": (128, 300)}
+    for name, shape in shapes.items():
+        if name == "bfloat16" and BF16 is None:
+            continue
+        mine = make(rank, shape, name)
+        want = np.concatenate([make(r, shape, name) for r in range(size)])
+        results = [hvd.allgather(mine, name="handover.%s" % name) for _ in range(3)]
+        for i, out in enumerate(results):
+            if (out.dtype != dt(name) or out.shape != want.shape or not out.flags.writeable
+                    or not out.flags.c_contiguous or not close(out, want, name)):
+                failures.append(["allgather", name, i, str(out.dtype), list(out.shape), bool(out.flags.writeable)])
+        results[1][...] = 0
+        if not close(results[2], want, name):
+            failures.append(["writing one result changed another", name])
+        kept_views.append((results[2][1:], want[1:], name))
+        del results
+    total = sum(make(r, (4096 * size, 8), "float64") for r in range(size))
+    reduced = [hvd.reducescatter(make(rank, (4096 * size, 8), "float64"), op=hvd.Sum, name="handover.rs")
+               for _ in range(3)]
+    for out in reduced:
+        if out.shape != (4096, 8) or not out.flags.writeable or not close(out, total[4096 * rank:4096 * (rank + 1)],
+                                                                           "float64"):
+            failures.append(["reducescatter", list(out.shape)])
+    del reduced
+    gc.collect()
+    # 1 MiB results, each dropped at once.
+    mine = make(rank, (65536 // size, 4), "float32")
+    hvd.allgather(mine, name="handover.drop")
+    before = _resident_bytes()
+    for _ in range(calls):
+        hvd.allgather(mine, name="handover.drop")
+    grown = _resident_bytes() - before
+    if grown > calls * (1 << 20) // 4:
+        failures.append(["resident memory grew", grown])
+    for view, want, name in kept_views:
+        if not close(view, want, name):
+            failures.append(["view lost its memory", name])
+    last = hvd.allgather(mine, name="handover.drop")
+    hvd.shutdown()
+    want = np.concatenate([make(r, (65536 // size, 4), "float32") for r in range(size)])
+    if not close(last, want, "float32"):
+        failures.append(["result changed after shutdown"])
+    del last, kept_views
+    gc.collect()
+    return failures, counter.handovers
