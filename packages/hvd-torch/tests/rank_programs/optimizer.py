@@ -236,6 +236,48 @@ def _unused_parameter(done):
     done.append("unused_parameter")
 
 
+def _last_allreduce_completes_before_its_rank_waits(done):
+    # 7b. the step's last allreduce, which its rank's own wait is meant to
+    # run (caller_waits), still goes out while that rank is not waiting:
+    # ranks other than 0 hold back their synchronize() until rank 0's has
+    # returned, and wait for that outside hvd (a file). One bucket, and
+    # every gradient on its own.
+    import tempfile
+    import time
+
+    rank = hvd.rank()
+    where = hvd.broadcast_object(tempfile.mkdtemp() if rank == 0 else None, root_rank=0, name="last.dir")
+    for per_tensor in (False, True):
+        if per_tensor:
+            os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = "0"
+        model = _make(21)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB", None)
+        batches = [_batch(23)]
+        want = _reference(model, batches)
+        _train_step(opt, model, batches, step=False)
+        marker = os.path.join(where, "synchronized.%d" % per_tensor)
+        if rank == 0:
+            opt.synchronize()
+            open(marker, "w").close()
+        else:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(marker):
+                assert time.monotonic() < deadline, "rank 0's synchronize() waited for a rank that was not waiting"
+                time.sleep(0.01)
+            opt.synchronize()
+        _close([p.grad for p in model.parameters()], want)
+        with opt.skip_synchronize():
+            opt.step()
+    hvd.barrier()
+    if rank == 0:
+        for name in os.listdir(where):
+            os.remove(os.path.join(where, name))
+        os.rmdir(where)
+    done.append("last_allreduce_without_waiter")
+
+
 def _sparse_gradients(done):
     # 8. sparse gradients: as dense, and through sparse_allreduce_async; either
     # way the averaged gradient stays sparse (SparseAdam refuses dense ones)
@@ -496,6 +538,8 @@ def every_optimizer_check():
     _backward_passes_per_step(done)
     _groups_predivide_sum_and_compression(done)
     _unused_parameter(done)
+    if hvd.size() > 1:
+        _last_allreduce_completes_before_its_rank_waits(done)
     _sparse_gradients(done)
     _gradient_buckets(done)
     _bucket_bookkeeping_scales_with_parameters(done)
