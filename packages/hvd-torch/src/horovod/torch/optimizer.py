@@ -307,15 +307,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         members = [(q, s) for q, s in zip(group.params, group.states) if q is not p]
         rest = _GradientGroup([q for q, _ in members], auto=True, states=[s for _, s in members])
         waiting = self._handles.pop(group, None)  # the group's in-flight mark, now the rest's
+        for s in rest.states:
+            s.group = rest
+        self._count_step_units()
         if rest.size:
             rest.ready = group.ready
-            for s in rest.states:
-                s.group = rest
             if rest.ready == rest.size:
                 self._submit_group(rest, self._last_of_step())
             elif waiting is not None:
                 self._handles[rest] = waiting
-        self._count_step_units()
         return None
 
     # -- communication --------------------------------------------------------
