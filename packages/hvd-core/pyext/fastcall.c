@@ -181,13 +181,20 @@ static PyObject* shape_tuple(const DLTensor* t) {
   return shape;
 }
 
+/* The byte size of a (contiguous) result. */
+static Py_ssize_t result_bytes(const DLTensor* t) {
+  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
+  int i;
+  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
+  return bytes;
+}
+
 /* The byte size of a host result of at most `limit` bytes; -1 for a larger
  * or device result, or when `limit` is 0. */
 static Py_ssize_t small_host_bytes(const DLTensor* t, Py_ssize_t limit) {
-  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
-  int i;
+  Py_ssize_t bytes;
   if (limit <= 0 || t->device.device_type != kDLCPU) return -1;
-  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
+  bytes = result_bytes(t);
   return bytes > limit ? -1 : bytes;
 }
 
@@ -563,10 +570,7 @@ static PyObject* handed_over(DLManagedTensor* managed, PyObject* dtype) {
   const DLTensor* t = &managed->dl_tensor;
   owned_memory* memory;
   PyObject *shape, *array;
-  Py_ssize_t bytes = (t->dtype.bits * t->dtype.lanes + 7) / 8;
-  int i;
   if (ndarray_type == NULL || t->device.device_type != kDLCPU) return PyLong_FromVoidPtr(managed);
-  for (i = 0; i < t->ndim; ++i) bytes *= (Py_ssize_t)t->shape[i];
   memory = (owned_memory*)((allocfunc)PyType_GetSlot((PyTypeObject*)owned_memory_type, Py_tp_alloc))(
       (PyTypeObject*)owned_memory_type, 0);
   if (memory == NULL) {
@@ -575,7 +579,7 @@ static PyObject* handed_over(DLManagedTensor* managed, PyObject* dtype) {
   }
   memory->managed = managed;
   memory->data = (char*)t->data + t->byte_offset;
-  memory->bytes = bytes;
+  memory->bytes = result_bytes(t);
   shape = shape_tuple(t);
   array = shape == NULL ? NULL : PyObject_CallFunctionObjArgs(ndarray_type, shape, dtype, memory, NULL);
   Py_XDECREF(shape);

@@ -243,7 +243,8 @@ def _last_allreduce_completes_before_its_rank_waits(done):
     # returned, and wait for that outside hvd (a file). One bucket, and
     # every gradient on its own.
     import tempfile
-    import time
+
+    from horovod.common.testing import wait_for_file
 
     rank = hvd.rank()
     where = hvd.broadcast_object(tempfile.mkdtemp() if rank == 0 else None, root_rank=0, name="last.dir")
@@ -262,10 +263,7 @@ def _last_allreduce_completes_before_its_rank_waits(done):
             opt.synchronize()
             open(marker, "w").close()
         else:
-            deadline = time.monotonic() + 30
-            while not os.path.exists(marker):
-                assert time.monotonic() < deadline, "rank 0's synchronize() waited for a rank that was not waiting"
-                time.sleep(0.01)
+            assert wait_for_file(marker), "rank 0's synchronize() waited for a rank that was not waiting"
             opt.synchronize()
         _close([p.grad for p in model.parameters()], want)
         with opt.skip_synchronize():

@@ -173,6 +173,18 @@ def run_program_ok(size, target, path=None, kwargs=None, **run_kwargs):
     return run_ok(size, _program_script(target, path, kwargs), **run_kwargs)
 
 
+def wait_for_file(path, wait_limit=30.0):
+    """Waits until `path` exists, however slowly a loaded machine runs the
+    rank that makes it: a handshake between ranks outside hvd. Returns
+    whether it appeared within `wait_limit` seconds."""
+    deadline = time.monotonic() + wait_limit
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def interrupt_first_rank(call, rank, marker_dir, delay=0.5, wait_limit=30.0):
     """Ctrl-C in a collective, seen from inside a rank program: rank 0 makes
     `call` and gets SIGINT `delay` seconds in (Python's KeyboardInterrupt
@@ -184,9 +196,7 @@ def interrupt_first_rank(call, rank, marker_dir, delay=0.5, wait_limit=30.0):
     returned first; None on the other ranks."""
     marker = os.path.join(marker_dir, "interrupted")
     if rank != 0:
-        deadline = time.monotonic() + wait_limit
-        while not os.path.exists(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_file(marker, wait_limit)
         call()
         return None
     signal.signal(signal.SIGINT, signal.default_int_handler)
