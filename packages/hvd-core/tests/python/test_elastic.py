@@ -59,3 +59,25 @@ def test_sync_is_skipped_when_every_rank_only_saw_hosts_removed():
 def test_run_recovers_from_a_failure_on_a_single_process():
     results = run_scenario("run_on_a_single_process", size=1)
     assert results == [{"result": 2, "calls": [0, 1]}]
+
+
+def test_a_state_registered_after_a_notification_still_gets_it():
+    # The listener thread replays the driver's published notifications as soon
+    # as it starts, which can be before run() has registered its State.
+    from horovod.common.elastic import HostUpdateResult, HostsUpdatedInterrupt, ObjectState, WorkerNotificationManager
+    manager = WorkerNotificationManager()
+    manager.handle_hosts_updated(10.0, int(HostUpdateResult.added))
+    early, late = (ObjectState(bcast_object=lambda value: value, get_rank=lambda: 0) for _ in range(2))
+    manager.register_listener(early)
+    manager.handle_hosts_updated(20.0, int(HostUpdateResult.removed))
+    manager.register_listener(late)
+    manager.register_listener(late)  # a second registration replays nothing again
+    for state in (early, late):
+        try:
+            state.check_host_updates()
+        except HostsUpdatedInterrupt as interrupt:
+            # Both updates reached it: an addition means the state is synced.
+            assert interrupt.skip_sync is False
+        else:
+            raise AssertionError("the state never heard of the host updates")
+        state.check_host_updates()  # each update counted once: nothing new now

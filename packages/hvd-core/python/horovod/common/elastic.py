@@ -32,12 +32,16 @@ class WorkerNotificationManager:
 
     The elastic driver's notifications arrive through ``handle_hosts_updated``;
     each registered listener (a State) queues them until its next ``commit()``
-    or ``check_host_updates()``.
+    or ``check_host_updates()``. A listener registered late is first given the
+    notifications that came before it: the listener thread replays the driver's
+    published ones as soon as it starts, possibly before ``run`` registers its
+    State. The State's round horizon drops those already part of its round.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._listeners = []
+        self._received = []
 
     def init(self):
         """Starts receiving the elastic driver's notifications (once per process). Outside
@@ -49,6 +53,8 @@ class WorkerNotificationManager:
     def register_listener(self, listener):
         with self._lock:
             if listener not in self._listeners:
+                for timestamp, update_res in self._received:
+                    listener.on_hosts_updated(timestamp, update_res)
                 self._listeners.append(listener)
 
     def remove_listener(self, listener):
@@ -58,10 +64,13 @@ class WorkerNotificationManager:
 
     def handle_hosts_updated(self, timestamp, update_res):
         """Passes one notification (when it was made, a HostUpdateResult) to every listener."""
+        update_res = HostUpdateResult(update_res)
+        # Under the lock (listeners only queue it), so that a listener
+        # registering meanwhile gets it exactly once.
         with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener.on_hosts_updated(timestamp, HostUpdateResult(update_res))
+            self._received.append((timestamp, update_res))
+            for listener in self._listeners:
+                listener.on_hosts_updated(timestamp, update_res)
 
 
 notification_manager = WorkerNotificationManager()
@@ -223,8 +232,8 @@ def run_fn(func, reset):
     """
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        notification_manager.init()
         notification_manager.register_listener(state)
+        notification_manager.init()
         skip_sync = False
         try:
             while True:
