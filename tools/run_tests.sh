@@ -52,8 +52,11 @@ python -m pip install -q --disable-pip-version-check --no-deps tf-keras==2.21.0
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   ./packages/hvd-core ./packages/hvd-launch ./packages/hvd-torch ./packages/hvd-elastic
 # hvd-tensorflow compiles against the TensorFlow installed above: no isolation.
+# Its build folder is the one tools/build_wheels.sh uses (HVD_WHEEL_CACHE is
+# build/wheels in the wheel install test), so that test's wheel build finds
+# the same objects up to date instead of compiling them a second time.
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
-  ./packages/hvd-tensorflow
+  --config-settings=build-dir="$ROOT/build/wheels/tensorflow-$(uname -m)" ./packages/hvd-tensorflow
 
 # Open MPI and MPICH from PyPI, each in its own environment (both ship an
 # mpirun), for the launcher's --mpi and plain-mpirun tests.
