@@ -10,9 +10,13 @@ of calls and prints every chunk's median, so a phase change shows inside a
 job, and hvd's and Open MPI's chunks can be compared phase for phase.
 
     python tools/allreduce_phases.py [--size 1M] [--chunks 6] [--calls 3000] [--runs 4]
+                                     [--collective allgather]
 
 Jobs alternate hvd (horovodrun -np 2, horovod.common.allreduce_) and mpi4py
-(mpirun -np 2, Allreduce with MPI.IN_PLACE); skip one with --backends.
+(mpirun -np 2, Allreduce with MPI.IN_PLACE); skip one with --backends. With
+--collective allgather, hvd's horovod.common.allgather (a new array each
+call) against mpi4py's Allgather into a preallocated output; the size is the
+gathered output, as in allreduce_benchmark.py.
 """
 
 import argparse
@@ -38,27 +42,35 @@ def chunk_medians(call, chunks, calls):
     return medians
 
 
-def worker(backend, size, chunks, calls):
+def worker(backend, collective, size, chunks, calls):
     import numpy as np
-    data = np.ones(size // 4, np.float32)
+    gather = collective == "allgather"
+    data = np.ones(size // 4 // (2 if gather else 1), np.float32)
     if backend == "hvd":
         import horovod.common as hvd
         hvd.init()
         rank = hvd.rank()
-        medians = chunk_medians(lambda: hvd.allreduce_(data, name="phases"), chunks, calls)
+        if gather:
+            medians = chunk_medians(lambda: hvd.allgather(data, name="phases"), chunks, calls)
+        else:
+            medians = chunk_medians(lambda: hvd.allreduce_(data, name="phases"), chunks, calls)
         hvd.shutdown()
     else:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         rank = comm.rank
-        medians = chunk_medians(lambda: comm.Allreduce(MPI.IN_PLACE, data), chunks, calls)
+        if gather:
+            gathered = np.empty(data.size * comm.size, np.float32)
+            medians = chunk_medians(lambda: comm.Allgather(data, gathered), chunks, calls)
+        else:
+            medians = chunk_medians(lambda: comm.Allreduce(MPI.IN_PLACE, data), chunks, calls)
     if rank == 0:
-        print("RESULT " + " ".join("%.0f" % m for m in medians), flush=True)
+        print("RESULT " + " ".join(("%.1f" if m < 100 else "%.0f") % m for m in medians), flush=True)
 
 
 def run_job(backend, args):
     worker_args = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--size", str(args.size),
-                   "--chunks", str(args.chunks), "--calls", str(args.calls)]
+                   "--chunks", str(args.chunks), "--calls", str(args.calls), "--collective", args.collective]
     if backend == "hvd":
         cmd = [sys.executable, "-m", "horovod.runner.launch", "-np", "2"] + worker_args
     else:
@@ -73,7 +85,9 @@ def run_job(backend, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=parse_size, default=parse_size("1M"), help="bytes per rank (default 1M)")
+    parser.add_argument("--size", type=parse_size, default=parse_size("1M"),
+                        help="bytes per rank, or gathered bytes for allgather (default 1M)")
+    parser.add_argument("--collective", choices=["allreduce", "allgather"], default="allreduce")
     parser.add_argument("--chunks", type=int, default=6, help="chunks per job (default 6)")
     parser.add_argument("--calls", type=int, default=3000, help="calls per chunk (default 3000)")
     parser.add_argument("--runs", type=int, default=4, help="jobs per backend, alternated (default 4)")
@@ -82,11 +96,12 @@ def main():
     parser.add_argument("--worker", choices=["hvd", "mpi"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.size, args.chunks, args.calls)
+        worker(args.worker, args.collective, args.size, args.chunks, args.calls)
         return
     backends = [b for b in args.backends.split(",") if b]
-    print("in-place float32 Sum allreduce of %d bytes, P=2: median us of each chunk of %d calls"
-          % (args.size, args.calls))
+    what = ("allgather of %d bytes (gathered)" if args.collective == "allgather"
+            else "in-place float32 Sum allreduce of %d bytes") % args.size
+    print("%s, P=2: median us of each chunk of %d calls" % (what, args.calls))
     for run in range(args.runs):
         for backend in backends:
             print("%s %-3s %s" % (time.strftime("%H:%M:%S"), backend, run_job(backend, args)), flush=True)
