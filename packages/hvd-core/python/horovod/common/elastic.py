@@ -53,8 +53,8 @@ class WorkerNotificationManager:
     def register_listener(self, listener):
         with self._lock:
             if listener not in self._listeners:
-                for timestamp, update_res in self._received:
-                    listener.on_hosts_updated(timestamp, update_res)
+                for timestamp, update in self._received:
+                    listener.on_hosts_updated(timestamp, update)
                 self._listeners.append(listener)
 
     def remove_listener(self, listener):
@@ -64,13 +64,13 @@ class WorkerNotificationManager:
 
     def handle_hosts_updated(self, timestamp, update_res):
         """Passes one notification (when it was made, a HostUpdateResult) to every listener."""
-        update_res = HostUpdateResult(update_res)
+        update = HostUpdateResult(update_res)
         # Under the lock (listeners only queue it), so that a listener
         # registering meanwhile gets it exactly once.
         with self._lock:
-            self._received.append((timestamp, update_res))
+            self._received.append((timestamp, update))
             for listener in self._listeners:
-                listener.on_hosts_updated(timestamp, update_res)
+                listener.on_hosts_updated(timestamp, update)
 
 
 notification_manager = WorkerNotificationManager()
