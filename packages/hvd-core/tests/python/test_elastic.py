@@ -72,6 +72,7 @@ def test_a_state_registered_after_a_notification_still_gets_it():
     manager.handle_hosts_updated(20.0, int(HostUpdateResult.removed))
     manager.register_listener(late)
     manager.register_listener(late)  # a second registration replays nothing again
+    assert [state._host_messages.qsize() for state in (early, late)] == [2, 2]
     for state in (early, late):
         try:
             state.check_host_updates()
