@@ -12,8 +12,8 @@ job, and hvd's and Open MPI's chunks can be compared phase for phase.
     python tools/allreduce_phases.py [--size 1M] [--chunks 6] [--calls 3000] [--runs 4]
                                      [--collective allgather]
 
-Jobs alternate hvd (horovodrun -np 2, horovod.common.allreduce_) and mpi4py
-(mpirun -np 2, Allreduce with MPI.IN_PLACE); skip one with --backends. With
+Jobs alternate hvd (horovodrun, horovod.common.allreduce_) and mpi4py
+(mpirun, Allreduce with MPI.IN_PLACE), P=2 or --np; skip one with --backends. With
 --collective allgather, hvd's horovod.common.allgather (a new array each
 call) against mpi4py's Allgather into a preallocated output; the size is the
 gathered output, as in allreduce_benchmark.py.
@@ -45,7 +45,7 @@ def chunk_medians(call, chunks, calls):
 def worker(backend, collective, size, chunks, calls):
     import numpy as np
     gather = collective == "allgather"
-    data = np.ones(size // 4 // (2 if gather else 1), np.float32)
+    data = np.ones(size // 4 // (int(os.environ.get("HVD_PHASES_NP", "2")) if gather else 1), np.float32)
     if backend == "hvd":
         import horovod.common as hvd
         hvd.init()
@@ -72,10 +72,10 @@ def run_job(backend, args):
     worker_args = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--size", str(args.size),
                    "--chunks", str(args.chunks), "--calls", str(args.calls), "--collective", args.collective]
     if backend == "hvd":
-        cmd = [sys.executable, "-m", "horovod.runner.launch", "-np", "2"] + worker_args
+        cmd = [sys.executable, "-m", "horovod.runner.launch", "-np", str(args.np)] + worker_args
     else:
-        cmd = mpirun_command(2) + worker_args
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd = mpirun_command(args.np) + worker_args
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HVD_PHASES_NP=str(args.np))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     for line in out.stdout.splitlines():
         if "RESULT " in line:
@@ -88,6 +88,7 @@ def main():
     parser.add_argument("--size", type=parse_size, default=parse_size("1M"),
                         help="bytes per rank, or gathered bytes for allgather (default 1M)")
     parser.add_argument("--collective", choices=["allreduce", "allgather"], default="allreduce")
+    parser.add_argument("--np", type=int, default=2, help="ranks (default 2)")
     parser.add_argument("--chunks", type=int, default=6, help="chunks per job (default 6)")
     parser.add_argument("--calls", type=int, default=3000, help="calls per chunk (default 3000)")
     parser.add_argument("--runs", type=int, default=4, help="jobs per backend, alternated (default 4)")
@@ -101,7 +102,7 @@ def main():
     backends = [b for b in args.backends.split(",") if b]
     what = ("allgather of %d bytes (gathered)" if args.collective == "allgather"
             else "in-place float32 Sum allreduce of %d bytes") % args.size
-    print("%s, P=2: median us of each chunk of %d calls" % (what, args.calls))
+    print("%s, P=%d: median us of each chunk of %d calls" % (what, args.np, args.calls))
     for run in range(args.runs):
         for backend in backends:
             print("%s %-3s %s" % (time.strftime("%H:%M:%S"), backend, run_job(backend, args)), flush=True)
