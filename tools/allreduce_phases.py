@@ -26,18 +26,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from allreduce_benchmark import mpirun_command, parse_size  # noqa: E402
+from allreduce_benchmark import _time_loop, mpirun_command, parse_size  # noqa: E402
 
 
 def chunk_medians(call, chunks, calls):
     medians = []
     for _ in range(chunks):
-        times = []
-        for _ in range(calls):
-            began = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - began)
-        times.sort()
+        times = sorted(_time_loop(call, calls))
         medians.append(times[len(times) // 2] * 1e6)
     return medians
 
@@ -45,11 +40,15 @@ def chunk_medians(call, chunks, calls):
 def worker(backend, collective, size, chunks, calls):
     import numpy as np
     gather = collective == "allgather"
-    data = np.ones(size // 4 // (int(os.environ.get("HVD_PHASES_NP", "2")) if gather else 1), np.float32)
+
+    def input_of(ranks):  # an allgather's size is the gathered output
+        return np.ones(size // 4 // (ranks if gather else 1), np.float32)
+
     if backend == "hvd":
         import horovod.common as hvd
         hvd.init()
         rank = hvd.rank()
+        data = input_of(hvd.size())
         if gather:
             medians = chunk_medians(lambda: hvd.allgather(data, name="phases"), chunks, calls)
         else:
@@ -59,6 +58,7 @@ def worker(backend, collective, size, chunks, calls):
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         rank = comm.rank
+        data = input_of(comm.size)
         if gather:
             gathered = np.empty(data.size * comm.size, np.float32)
             medians = chunk_medians(lambda: comm.Allgather(data, gathered), chunks, calls)
@@ -75,7 +75,7 @@ def run_job(backend, args):
         cmd = [sys.executable, "-m", "horovod.runner.launch", "-np", str(args.np)] + worker_args
     else:
         cmd = mpirun_command(args.np) + worker_args
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HVD_PHASES_NP=str(args.np))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     for line in out.stdout.splitlines():
         if "RESULT " in line:
