@@ -13,11 +13,15 @@ Usage (one host):
     python tools/allreduce_benchmark.py --quick              # smoke test, small sizes only
     python tools/allreduce_benchmark.py --backends hvd,hvd-mpi,mpi   # also hvd over MPI
     python tools/allreduce_benchmark.py --collective allgather --np 2 --backends hvd,mpi
+    python tools/allreduce_benchmark.py --np 2 --backends hvd,mpi --interleave --repeat 4
 
 Each backend runs in its own set of P fresh processes (one per rank); the
 parent only launches them and collects their timings, so no backend's state
-(threads, sockets, shared memory) can disturb another's numbers. A backend
-that is not installed is skipped with a note.
+(threads, sockets, shared memory) can disturb another's numbers. With
+--interleave the backends' jobs run at the same time but take turns size by
+size (see run_interleaved), so that they are compared seconds apart.
+
+A backend that is not installed is skipped with a note.
 
 Reported per size:
   latency  median over iterations of the per-iteration time, where the
@@ -37,6 +41,7 @@ Bcast, gloo broadcast. Every result is checked once per size, untimed.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -172,19 +177,48 @@ def _allgather_inputs(size, rank, nproc):
     return size // 4 // nproc, [float(r + 1) for r in range(nproc)]
 
 
-def _run_cases(spec, make_case, agree_sum, nproc):
-    """Times every size of spec["plan"]; returns (results, copy_results)."""
-    results, copy_results = {}, {}
+class _TurnGate:
+    """With --interleave every rank of every backend's job waits here for its turn.
+
+    The parent (run_interleaved) holds one connection per rank and lets one
+    backend's ranks through at a time. A waiting rank is blocked in recv() on
+    that connection, outside its backend's library, so it takes no CPU from the
+    backend whose turn it is (an MPI rank left waiting inside a collective
+    would poll).
+    """
+
+    def __init__(self, spec, rank):
+        self.sock = socket.create_connection(("127.0.0.1", spec["turn_port"]))
+        self.sock.sendall(("%s %d\n" % (spec["backend"], rank)).encode())
+
+    def __enter__(self):
+        if self.sock.recv(1) != b"g":
+            raise SystemExit("the benchmark's parent closed the turn connection")
+
+    def __exit__(self, exc_type, *_):
+        if exc_type is None:
+            self.sock.sendall(b"d")
+
+
+def _run_cases(spec, make_case, agree_sum, nproc, rank):
+    """Times every size of spec["plan"] spec["turns"] times (once unless
+    interleaved); returns {"results": ..., "copy_results": ...} for one turn,
+    {"turns": [that, ...]} for several."""
+    turns = [{"results": {}, "copy_results": {}} for _ in range(spec.get("turns", 1))]
+    gate = _TurnGate(spec, rank) if spec.get("turn_port") else contextlib.nullcontext()
     for size, planned in spec["plan"]:
         case = make_case(size)
-        case.check()
-        iters = _agreed_iters(_time_loop(case.call, warmup_for(planned)), planned, spec, agree_sum, nproc)
-        results[size] = _time_loop(case.call, iters)
-        if case.copy_call is not None and size <= spec["copy_max_size"]:
-            _time_loop(case.copy_call, warmup_for(iters))
-            copy_results[size] = _time_loop(case.copy_call, iters)
+        for i, turn in enumerate(turns):
+            with gate:
+                if i == 0:
+                    case.check()
+                iters = _agreed_iters(_time_loop(case.call, warmup_for(planned)), planned, spec, agree_sum, nproc)
+                turn["results"][size] = _time_loop(case.call, iters)
+                if case.copy_call is not None and size <= spec["copy_max_size"]:
+                    _time_loop(case.copy_call, warmup_for(iters))
+                    turn["copy_results"][size] = _time_loop(case.copy_call, iters)
         case = None  # frees this size's arrays before the next one is allocated
-    return results, copy_results
+    return turns[0] if len(turns) == 1 else {"turns": turns}
 
 
 def worker_hvd(spec):
@@ -235,9 +269,9 @@ def worker_hvd(spec):
         return Case(check, lambda: hvd.broadcast_(buf, BROADCAST_ROOT, name=name),
                     lambda: hvd.broadcast(buf, BROADCAST_ROOT, name=copy_name))
 
-    results, copy_results = _run_cases(spec, make_case, agree_sum, size_p)
+    payload = _run_cases(spec, make_case, agree_sum, size_p, rank)
     hvd.shutdown()
-    return rank, {"results": results, "copy_results": copy_results}
+    return rank, payload
 
 
 def worker_gloo(spec):
@@ -283,9 +317,9 @@ def worker_gloo(spec):
 
         return Case(check, call)
 
-    results, _ = _run_cases(spec, make_case, agree_sum, size_p)
+    payload = _run_cases(spec, make_case, agree_sum, size_p, rank)
     dist.destroy_process_group()
-    return rank, {"results": results}
+    return rank, payload
 
 
 def worker_mpi(spec):
@@ -331,8 +365,7 @@ def worker_mpi(spec):
 
         return Case(check, call)
 
-    results, copy_results = _run_cases(spec, make_case, agree_sum, size_p)
-    return rank, {"results": results, "copy_results": copy_results}
+    return rank, _run_cases(spec, make_case, agree_sum, size_p, rank)
 
 
 WORKERS = {"hvd": worker_hvd, "hvd-mpi": worker_hvd, "gloo": worker_gloo, "mpi": worker_mpi}
@@ -341,6 +374,7 @@ WORKERS = {"hvd": worker_hvd, "hvd-mpi": worker_hvd, "gloo": worker_gloo, "mpi":
 def worker_main(backend, spec_path, out_dir):
     with open(spec_path) as f:
         spec = json.load(f)
+    spec["backend"] = backend
     rank, payload = WORKERS[backend](spec)
     payload["rank"] = rank
     payload["library"] = library_version(backend)
@@ -459,17 +493,24 @@ def _wait_all(procs, timeout):
     return ok, "\n".join(logs)
 
 
-def launch(backend, nproc, spec_path, out_dir, timeout):
+@contextlib.contextmanager
+def started(backend, nproc, spec_path, out_dir):
+    """Starts one backend's job of nproc ranks; yields its processes and kills
+    whichever are still running on the way out."""
     base_env = dict(os.environ)
     base_env["PYTHONUNBUFFERED"] = "1"
-    procs = []
-    if backend == "hvd":
-        from horovod.common.rendezvous import RendezvousServer, make_secret
+    procs, server = [], None
 
-        secret = make_secret()
-        server = RendezvousServer(secret, host="127.0.0.1")
-        port = server.start()
-        try:
+    def start(cmd, env):
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+
+    try:
+        if backend == "hvd":
+            from horovod.common.rendezvous import RendezvousServer, make_secret
+
+            secret = make_secret()
+            server = RendezvousServer(secret, host="127.0.0.1")
+            port = server.start()
             for r in range(nproc):
                 env = dict(base_env)
                 # The environment horovodrun gives each rank on a single host.
@@ -482,45 +523,52 @@ def launch(backend, nproc, spec_path, out_dir, timeout):
                     "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
                     "HOROVOD_SECRET_KEY": secret,
                 })
-                procs.append(subprocess.Popen(_worker_cmd(backend, spec_path, out_dir), env=env,
-                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-            return _wait_all(procs, timeout)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            server.stop()
-    if backend == "gloo":
-        port = free_port()
-        for r in range(nproc):
+                start(_worker_cmd(backend, spec_path, out_dir), env)
+        elif backend == "gloo":
+            port = free_port()
+            for r in range(nproc):
+                env = dict(base_env)
+                env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                            "RANK": str(r), "WORLD_SIZE": str(nproc),
+                            "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc)})
+                start(_worker_cmd(backend, spec_path, out_dir), env)
+        elif backend in ("mpi", "hvd-mpi"):
             env = dict(base_env)
-            env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                        "RANK": str(r), "WORLD_SIZE": str(nproc),
-                        "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc)})
-            procs.append(subprocess.Popen(_worker_cmd(backend, spec_path, out_dir), env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        try:
-            return _wait_all(procs, timeout)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-    if backend in ("mpi", "hvd-mpi"):
-        env = dict(base_env)
-        # Benchmarks run as root in containers; Open MPI refuses that unless told.
-        env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-        if backend == "hvd-mpi":
-            # hvd's engine with MPI as its data plane (a plain mpirun job).
-            env.update({"HOROVOD_CPU_OPERATIONS": "mpi", "HVD_MPI_LIBRARY": mpi_library()})
-        cmd = mpirun_command(nproc) + _worker_cmd(backend, spec_path, out_dir)
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        try:
-            return _wait_all(procs, timeout)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-    raise ValueError(backend)
+            # Benchmarks run as root in containers; Open MPI refuses that unless told.
+            env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+            if backend == "hvd-mpi":
+                # hvd's engine with MPI as its data plane (a plain mpirun job).
+                env.update({"HOROVOD_CPU_OPERATIONS": "mpi", "HVD_MPI_LIBRARY": mpi_library()})
+            start(mpirun_command(nproc) + _worker_cmd(backend, spec_path, out_dir), env)
+        else:
+            raise ValueError(backend)
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        if server is not None:
+            server.stop()
+
+
+def launch(backend, nproc, spec_path, out_dir, timeout):
+    with started(backend, nproc, spec_path, out_dir) as procs:
+        return _wait_all(procs, timeout)
+
+
+def _write_spec(directory, plan, opts, **extra):
+    spec_path = os.path.join(directory, "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(dict({"plan": plan, "copy_max_size": opts.copy_max_size, "collective": opts.collective,
+                        "time_per_size": opts.time_per_size, "min_iters": opts.min_iters}, **extra), f)
+    return spec_path
+
+
+def _one_run(library, wall, payloads):
+    """A run as summarize() takes it, from one run's (or turn's) rank payloads."""
+    return {"library": library, "wall_s": wall,
+            "results": slowest_per_iteration(payloads, "results"),
+            "copy_results": slowest_per_iteration(payloads, "copy_results")}
 
 
 def run_backend(backend, nproc, plan, opts):
@@ -531,10 +579,7 @@ def run_backend(backend, nproc, plan, opts):
     or None when the run failed (its output is printed).
     """
     with tempfile.TemporaryDirectory(prefix="hvd-ar-bench-") as tmp:
-        spec_path = os.path.join(tmp, "spec.json")
-        with open(spec_path, "w") as f:
-            json.dump({"plan": plan, "copy_max_size": opts.copy_max_size, "collective": opts.collective,
-                       "time_per_size": opts.time_per_size, "min_iters": opts.min_iters}, f)
+        spec_path = _write_spec(tmp, plan, opts)
         t0 = time.monotonic()
         ok, log = launch(backend, nproc, spec_path, tmp, opts.timeout)
         wall = time.monotonic() - t0
@@ -542,9 +587,80 @@ def run_backend(backend, nproc, plan, opts):
         if not ok or len(payloads) != nproc:
             print("  ! %s at P=%d failed; its output:\n%s" % (backend, nproc, _indent(log[-4000:])), flush=True)
             return None
-    out = {"library": payloads[0].get("library", "?"), "wall_s": wall}
-    for key in ("results", "copy_results"):
-        out[key] = slowest_per_iteration(payloads, key)
+    return _one_run(payloads[0].get("library", "?"), wall, payloads)
+
+
+def _accept_ranks(server, jobs, nproc, deadline):
+    """{backend: [connection of rank 0, 1, ...]} once every rank of every job has
+    connected; raises RuntimeError naming a job that exited first."""
+    conns = {b: [None] * nproc for b in jobs}
+    server.settimeout(0.5)
+    for _ in range(nproc * len(jobs)):
+        while True:
+            try:
+                conn, _ = server.accept()
+                break
+            except socket.timeout:
+                for b, procs in jobs.items():
+                    if any(p.poll() is not None for p in procs):
+                        raise RuntimeError("%s exited before it started timing" % b)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("not every rank connected within the timeout")
+        conn.settimeout(max(1.0, deadline - time.monotonic()))
+        backend, rank = conn.makefile("r").readline().split()
+        conns[backend][int(rank)] = conn
+    return conns
+
+
+def run_interleaved(backends, nproc, plan, opts):
+    """Runs every backend's job at P=nproc at the same time, taking turns.
+
+    For each size, each backend times opts.repeat turns (warm-up and timed
+    calls as in a run of its own), and the backends alternate turn by turn
+    (A B B A A B ...), so the turns being compared are seconds apart. On a VM
+    whose speed changes in spells of seconds (docs/benchmarks.md, "Fast and
+    slow phases of this machine") whole runs one after the other can land
+    backends in different spells; turns this close mostly do not. Returns
+    {backend: [one run per turn, as run_backend returns]} or None when a job
+    failed (its output is printed).
+    """
+    t0 = time.monotonic()
+    deadline = t0 + opts.timeout * len(backends)
+    with tempfile.TemporaryDirectory(prefix="hvd-ar-bench-") as tmp, \
+            socket.create_server(("127.0.0.1", 0)) as server, contextlib.ExitStack() as stack:
+        port = server.getsockname()[1]
+        jobs, dirs = {}, {}
+        for b in backends:
+            dirs[b] = os.path.join(tmp, b)
+            os.mkdir(dirs[b])
+            spec_path = _write_spec(dirs[b], plan, opts, turns=opts.repeat, turn_port=port)
+            jobs[b] = stack.enter_context(started(b, nproc, spec_path, dirs[b]))
+        try:
+            conns = _accept_ranks(server, jobs, nproc, deadline)
+            for _ in plan:
+                for turn in range(opts.repeat):
+                    for b in (backends if turn % 2 == 0 else backends[::-1]):
+                        for c in conns[b]:
+                            c.sendall(b"g")
+                        if any(c.recv(1) != b"d" for c in conns[b]):
+                            raise RuntimeError("%s stopped during its turn" % b)
+            failure = None
+        except (RuntimeError, OSError) as e:
+            failure = str(e)
+            for procs in jobs.values():
+                for p in procs:
+                    p.kill()
+        out = {}
+        for b in backends:
+            ok, log = _wait_all(jobs[b], max(1.0, deadline - time.monotonic()))
+            payloads = read_rank_payloads(dirs[b], nproc)
+            if failure or not ok or len(payloads) != nproc:
+                print("  ! %s at P=%d failed%s; its output:\n%s" % (
+                    b, nproc, " (%s)" % failure if failure else "", _indent(log[-4000:])), flush=True)
+                return None
+            per_turn = [[p["turns"][i] for p in payloads] for i in range(opts.repeat)] if opts.repeat > 1 \
+                else [payloads]
+            out[b] = [_one_run(payloads[0].get("library", "?"), time.monotonic() - t0, t) for t in per_turn]
     return out
 
 
@@ -772,6 +888,10 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every backend this many times, interleaved, and report the median of the "
                          "per-run medians (default 1; use 3+ on a shared machine)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="run the backends' jobs at the same time and let them take turns size by size "
+                         "(--repeat turns each, alternating), so that what is compared is timed seconds "
+                         "apart; for a machine whose speed changes in spells")
     ap.add_argument("--time-per-size", type=float, default=1.5,
                     help="target seconds per size and backend; caps the iterations of slow backends (default 1.5)")
     ap.add_argument("--min-iters", type=int, default=5, help="fewest timed iterations per size (default 5)")
@@ -809,10 +929,11 @@ def main(argv=None):
             "broadcast": "from rank 0; hvd: broadcast_ (in place; copy = broadcast), mpi: Bcast, "
                          "gloo: broadcast"}[args.collective]
     print("%s benchmark: float32, %s; %s" % (args.collective, what, machine_line()))
-    print("sizes %s .. %s, at most %d .. %d iterations and about %.1f s per size, %d run(s) per backend; "
+    print("sizes %s .. %s, at most %d .. %d iterations and about %.1f s per size, %d %s per backend; "
           "latency = median of the slowest rank's per-iteration time (median over runs); "
           "busbw = algbw * %s" % (fmt_size(sizes[0]), fmt_size(sizes[-1]), plan[-1][1], plan[0][1],
-                                  args.time_per_size, args.repeat, BUSBW_TEXT[args.collective]))
+                                  args.time_per_size, args.repeat,
+                                  "interleaved turn(s)" if args.interleave else "run(s)", BUSBW_TEXT[args.collective]))
     available = []
     for b in wanted:
         why = backend_available(b)
@@ -832,9 +953,18 @@ def main(argv=None):
         p_sizes = sizes_for(args.collective, sizes, nproc)
         p_plan = [(s, iterations_for(s, scale)) for s in p_sizes]
         raw = {b: [] for b in available}
-        # Interleaved (hvd, gloo, mpi, hvd, ...) rather than back to back, so a
-        # change in background load lands on every backend alike.
-        for rep in range(args.repeat):
+        if args.interleave:
+            print("running %s at P=%d, interleaved, %d turn(s) each per size ..." % (
+                ", ".join(available), nproc, args.repeat), flush=True)
+            turns = run_interleaved(available, nproc, p_plan, args)
+            if turns is None:
+                failed = True
+            else:
+                print("  done in %.0f s" % turns[available[0]][-1]["wall_s"], flush=True)
+            raw = turns or raw
+        # Otherwise whole runs interleaved (hvd, gloo, mpi, hvd, ...) rather than
+        # back to back, so a change in background load lands on every backend alike.
+        for rep in range(0 if args.interleave else args.repeat):
             for b in available:
                 print("running %s at P=%d (run %d/%d) ..." % (b, nproc, rep + 1, args.repeat), flush=True)
                 r = run_backend(b, nproc, p_plan, args)
