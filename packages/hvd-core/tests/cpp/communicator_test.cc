@@ -524,34 +524,39 @@ HVD_TEST(shm_large_allreduce_single_copy_and_slots_match_the_reference) {
 // The pipelined allreduce at every chunk autotune may set (the engine sets
 // the same one on every member before a response): the default (a slot),
 // a half and a quarter of it, and values it rounds (to a page, at most a
-// slot), in place and out of place, over a count that no chunk divides.
+// slot), in place and out of place, over a count that no chunk divides;
+// with ordinary and streaming stores (HVD_SHM_STREAM).
 HVD_TEST(shm_pipelined_allreduce_matches_the_reference_at_every_chunk) {
   const size_t kChunks[] = {0, 256 * 1024, 128 * 1024, 5000, 1, size_t{1} << 30};
-  for (int size : {2, 3}) {
-    run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
-      EXPECT_EQ(comm.pipeline_chunk_default(), size_t{512} * 1024);  // the slot of members that spin
-      int round = 0;
-      for (size_t chunk : kChunks) {
-        comm.set_pipeline_chunk_bytes(chunk);
-        for (DataType dtype : {DataType::kFloat32, DataType::kFloat16}) {
-          const size_t count = (size_t{1200} << 10) / dtype_size(dtype) + 7;
-          const bool in_place = round++ % 2 == 0;
-          std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
-          for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
-          const std::string what = "chunk " + std::to_string(chunk) + " " +
-                                   label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
-                                         dtype, ReduceOp::kSum, count);
-          if (in_place) {
-            comm.allreduce(in.data(), count, dtype, ReduceOp::kSum);
-            check_reduced(in.data(), 0, count, size, ReduceOp::kSum, dtype, what);
-          } else {
-            EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, ReduceOp::kSum));
-            check_reduced(out.data(), 0, count, size, ReduceOp::kSum, dtype, what);
+  for (const char* stream : {"0", "1"}) {
+    ::setenv("HVD_SHM_STREAM", stream, 1);
+    for (int size : {2, 3}) {
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        EXPECT_EQ(comm.pipeline_chunk_default(), size_t{512} * 1024);  // the slot of members that spin
+        int round = 0;
+        for (size_t chunk : kChunks) {
+          comm.set_pipeline_chunk_bytes(chunk);
+          for (DataType dtype : {DataType::kFloat32, DataType::kFloat16}) {
+            const size_t count = (size_t{1200} << 10) / dtype_size(dtype) + 7;
+            const bool in_place = round++ % 2 == 0;
+            std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
+            for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
+            const std::string what = std::string("HVD_SHM_STREAM=") + stream + " chunk " + std::to_string(chunk) + " " +
+                                     label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
+                                           dtype, ReduceOp::kSum, count);
+            if (in_place) {
+              comm.allreduce(in.data(), count, dtype, ReduceOp::kSum);
+              check_reduced(in.data(), 0, count, size, ReduceOp::kSum, dtype, what);
+            } else {
+              EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, ReduceOp::kSum));
+              check_reduced(out.data(), 0, count, size, ReduceOp::kSum, dtype, what);
+            }
           }
         }
-      }
-    }, [](CommOptions& options) { options.spin = true; });
+      }, [](CommOptions& options) { options.spin = true; });
+    }
   }
+  ::unsetenv("HVD_SHM_STREAM");
 }
 
 // allreduce_scaled on shm scales each member's share where it reduces it
@@ -606,81 +611,87 @@ HVD_TEST(shm_scaled_allreduce_equals_the_allreduce_scaled_afterwards) {
 // shares anywhere. The result must be, byte for byte, allreduce_scaled of
 // the packed array (and the reference where unscaled); inputs reduced out of
 // place stay as they were. Sizes the slots do not take (small, the single
-// copy's window) and TCP say no.
+// copy's window) and TCP say no. With what the others read written by
+// ordinary stores and by streaming ones (HVD_SHM_STREAM=0 / 1; unset, both
+// in turn), parts that start anywhere in a vector.
 HVD_TEST(shm_allreduce_parts_equals_the_allreduce_of_the_packed_array) {
   const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt8,
                               DataType::kUInt8,   DataType::kBool,    DataType::kFloat16, DataType::kBFloat16};
   const size_t kRuns[] = {1, 3, 1000, 17, 70000, 64, 5, 200000};  // part lengths, in turn
-  for (int size : {2, 3}) {
-    run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
-      EXPECT_TRUE(!comm.allreduces_parts(1000));
-      EXPECT_TRUE(comm.allreduces_parts(512 * 1024));
-      EXPECT_TRUE(!comm.allreduces_parts(size_t{4} << 20));
-      EXPECT_TRUE(comm.allreduces_parts(size_t{64} << 20));
-      int round = 0;
-      for (size_t chunk : {size_t{0}, size_t{5000}}) {
-        comm.set_pipeline_chunk_bytes(chunk);
-        for (DataType dtype : kDtypes) {
-          const size_t esize = dtype_size(dtype);
-          const size_t count = 700 * 1024 / esize + 11;
-          const double scale = round++ % 2 == 0 ? 1.0 : 1.0 / 3.0;
-          std::vector<unsigned char> packed(count * esize), expected(packed.size());
-          std::vector<std::vector<unsigned char>> inputs, outputs;  // the parts' own memory
-          std::vector<ArrayPart> in_parts, out_parts;
-          std::vector<bool> in_place;
-          for (size_t first = 0, k = 0; first < count; ++k) {
-            const size_t n = std::min(kRuns[k % std::size(kRuns)], count - first);
-            inputs.emplace_back(n * esize);
-            for (size_t i = 0; i < n; ++i) {
-              const double v = input_value(me, first + i, ReduceOp::kSum, dtype);
-              store_value(inputs.back().data(), i, dtype, v);
-              store_value(packed.data(), first + i, dtype, v);
+  for (const char* stream : {"0", "1", "auto"}) {
+    ::setenv("HVD_SHM_STREAM", stream, 1);
+    for (int size : {2, 3}) {
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        EXPECT_TRUE(!comm.allreduces_parts(1000));
+        EXPECT_TRUE(comm.allreduces_parts(512 * 1024));
+        EXPECT_TRUE(!comm.allreduces_parts(size_t{4} << 20));
+        EXPECT_TRUE(comm.allreduces_parts(size_t{64} << 20));
+        int round = 0;
+        for (size_t chunk : {size_t{0}, size_t{5000}}) {
+          comm.set_pipeline_chunk_bytes(chunk);
+          for (DataType dtype : kDtypes) {
+            const size_t esize = dtype_size(dtype);
+            const size_t count = 700 * 1024 / esize + 11;
+            const double scale = round++ % 2 == 0 ? 1.0 : 1.0 / 3.0;
+            std::vector<unsigned char> packed(count * esize), expected(packed.size());
+            std::vector<std::vector<unsigned char>> inputs, outputs;  // the parts' own memory
+            std::vector<ArrayPart> in_parts, out_parts;
+            std::vector<bool> in_place;
+            for (size_t first = 0, k = 0; first < count; ++k) {
+              const size_t n = std::min(kRuns[k % std::size(kRuns)], count - first);
+              inputs.emplace_back(n * esize);
+              for (size_t i = 0; i < n; ++i) {
+                const double v = input_value(me, first + i, ReduceOp::kSum, dtype);
+                store_value(inputs.back().data(), i, dtype, v);
+                store_value(packed.data(), first + i, dtype, v);
+              }
+              in_place.push_back((k + static_cast<size_t>(me)) % 2 == 0);
+              outputs.emplace_back(in_place.back() ? 0 : n * esize + 1, 0xee);
+              first += n;
             }
-            in_place.push_back((k + static_cast<size_t>(me)) % 2 == 0);
-            outputs.emplace_back(in_place.back() ? 0 : n * esize + 1, 0xee);
-            first += n;
-          }
-          const std::vector<std::vector<unsigned char>> original = inputs;
-          for (size_t k = 0, first = 0; k < inputs.size(); ++k) {
-            const size_t n = inputs[k].size() / esize;
-            in_parts.push_back({inputs[k].data(), first, n});
-            out_parts.push_back({in_place[k] ? inputs[k].data() : outputs[k].data(), first, n});
-            first += n;
-          }
-          // Now and then one member's result goes to one buffer: runs of the
-          // output then cut across the input's parts.
-          std::vector<unsigned char> whole;
-          if ((round + me) % 3 == 0) {
-            whole.assign(count * esize + 1, 0xee);
-            out_parts.assign(1, ArrayPart{whole.data(), 0, count});
-            in_place.assign(in_place.size(), false);
-          }
-          EXPECT_TRUE(comm.allreduce_scaled(packed.data(), expected.data(), count, dtype, ReduceOp::kSum, scale));
-          comm.allreduce_parts(in_parts, out_parts, count, dtype, ReduceOp::kSum, scale);
-          const std::string what = "chunk " + std::to_string(chunk) + " " +
-                                   label(Transport::kShm, size, "allreduce_parts", dtype, ReduceOp::kSum, count) +
-                                   " by " + std::to_string(scale) + (whole.empty() ? "" : " into one buffer");
-          for (size_t k = 0; k < out_parts.size(); ++k) {
-            const ArrayPart& part = out_parts[k];
-            if (scale == 1.0) check_reduced(part.data, part.first, part.count, size, ReduceOp::kSum, dtype, what);
-            if (std::memcmp(part.data, expected.data() + part.first * esize, part.count * esize) != 0) {
-              ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) + " (elements " +
-                                                       std::to_string(part.first) + "..) differs");
-              break;
+            const std::vector<std::vector<unsigned char>> original = inputs;
+            for (size_t k = 0, first = 0; k < inputs.size(); ++k) {
+              const size_t n = inputs[k].size() / esize;
+              in_parts.push_back({inputs[k].data(), first, n});
+              out_parts.push_back({in_place[k] ? inputs[k].data() : outputs[k].data(), first, n});
+              first += n;
             }
-          }
-          for (size_t k = 0; k < inputs.size(); ++k) {
-            if (!in_place[k] && (inputs[k] != original[k] || (whole.empty() && outputs[k].back() != 0xee))) {
-              ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) +
-                                                       " changed its input or wrote past its output");
-              break;
+            // Now and then one member's result goes to one buffer: runs of the
+            // output then cut across the input's parts.
+            std::vector<unsigned char> whole;
+            if ((round + me) % 3 == 0) {
+              whole.assign(count * esize + 1, 0xee);
+              out_parts.assign(1, ArrayPart{whole.data(), 0, count});
+              in_place.assign(in_place.size(), false);
             }
+            EXPECT_TRUE(comm.allreduce_scaled(packed.data(), expected.data(), count, dtype, ReduceOp::kSum, scale));
+            comm.allreduce_parts(in_parts, out_parts, count, dtype, ReduceOp::kSum, scale);
+            const std::string what = std::string("HVD_SHM_STREAM=") + stream + " chunk " + std::to_string(chunk) + " " +
+                                     label(Transport::kShm, size, "allreduce_parts", dtype, ReduceOp::kSum, count) +
+                                     " by " + std::to_string(scale) + (whole.empty() ? "" : " into one buffer");
+            for (size_t k = 0; k < out_parts.size(); ++k) {
+              const ArrayPart& part = out_parts[k];
+              if (scale == 1.0) check_reduced(part.data, part.first, part.count, size, ReduceOp::kSum, dtype, what);
+              if (std::memcmp(part.data, expected.data() + part.first * esize, part.count * esize) != 0) {
+                ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) + " (elements " +
+                                                         std::to_string(part.first) + "..) differs");
+                break;
+              }
+            }
+            for (size_t k = 0; k < inputs.size(); ++k) {
+              if (!in_place[k] && (inputs[k] != original[k] || (whole.empty() && outputs[k].back() != 0xee))) {
+                ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) +
+                                                         " changed its input or wrote past its output");
+                break;
+              }
+            }
+            if (!whole.empty()) EXPECT_EQ(whole.back(), static_cast<unsigned char>(0xee));
           }
-          if (!whole.empty()) EXPECT_EQ(whole.back(), static_cast<unsigned char>(0xee));
         }
-      }
-    }, [](CommOptions& options) { options.spin = true; });
+      }, [](CommOptions& options) { options.spin = true; });
+    }
   }
+  ::unsetenv("HVD_SHM_STREAM");
   run_world(Transport::kTcp, 2, 10.0, [&](Communicator& comm, int) { EXPECT_TRUE(!comm.allreduces_parts(512 * 1024)); });
 }
 
@@ -1061,25 +1072,27 @@ HVD_TEST(shm_lane_broadcasts_and_allgathers_read_out_of_the_writers_exactly) {
   }
 }
 
-// shm_copy switches from memcpy to its vector loop at 2 KiB and aligns the
-// destination first: every size around the switch and the loops' block
-// sizes, from and to every kind of misalignment, must copy exactly the
-// bytes asked for and nothing past them.
+// shm_copy and shm_stream_copy switch from memcpy to their vector loops at
+// 2 KiB and align the destination first: every size around the switch and
+// the loops' block sizes, from and to every kind of misalignment, must copy
+// exactly the bytes asked for and nothing past them.
 HVD_TEST(shm_copy_copies_every_size_and_alignment_exactly) {
   const size_t sizes[] = {0, 1, 63, 2047, 2048, 2049, 2111, 2112, 4096 + 13, 65536 + 7, (1u << 20) + 3};
   const size_t offsets[] = {0, 1, 16, 33, 63};
-  for (size_t bytes : sizes) {
-    std::vector<unsigned char> src(bytes + 128), dst(bytes + 256);
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-    for (size_t from : offsets) {
-      for (size_t to : offsets) {
-        std::fill(dst.begin(), dst.end(), 0xAB);
-        hvd::shm_copy(dst.data() + 64 + to, src.data() + from, bytes);
-        EXPECT_TRUE(std::memcmp(dst.data() + 64 + to, src.data() + from, bytes) == 0);
-        bool guards = true;
-        for (size_t i = 0; i < 64 + to; ++i) guards = guards && dst[i] == 0xAB;
-        for (size_t i = 64 + to + bytes; i < dst.size(); ++i) guards = guards && dst[i] == 0xAB;
-        EXPECT_TRUE(guards);
+  for (auto copy : {hvd::shm_copy, hvd::shm_stream_copy}) {
+    for (size_t bytes : sizes) {
+      std::vector<unsigned char> src(bytes + 128), dst(bytes + 256);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+      for (size_t from : offsets) {
+        for (size_t to : offsets) {
+          std::fill(dst.begin(), dst.end(), 0xAB);
+          copy(dst.data() + 64 + to, src.data() + from, bytes);
+          EXPECT_TRUE(std::memcmp(dst.data() + 64 + to, src.data() + from, bytes) == 0);
+          bool guards = true;
+          for (size_t i = 0; i < 64 + to; ++i) guards = guards && dst[i] == 0xAB;
+          for (size_t i = 64 + to + bytes; i < dst.size(); ++i) guards = guards && dst[i] == 0xAB;
+          EXPECT_TRUE(guards);
+        }
       }
     }
   }

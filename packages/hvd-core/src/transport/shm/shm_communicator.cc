@@ -248,6 +248,9 @@ struct ShmArenaHeader {
   // bit 2 * size class + parity of the class's call number is set when that
   // call takes the single copy.
   alignas(64) std::atomic<uint32_t> allreduce_routes;
+  // Member 0's choices for the slots' stores (allreduce_streamed): bit c is
+  // set while allreduces of size class c stream them.
+  std::atomic<uint32_t> allreduce_streams;
 };
 
 // One member's part of the fast lane. Only the member itself writes it.
@@ -441,6 +444,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                            : std::strcmp(single_copy, "deny-for-tests") == 0                  ? 2
                                                                                                 : 1;
     header_->allreduce_routes.store(0, std::memory_order_relaxed);
+    header_->allreduce_streams.store(0, std::memory_order_relaxed);
     header_->members_spin = spin_ ? 1 : 0;
     ShmMemberState* members = member_states(header_);
     for (int m = 0; m < size_; ++m) new (&members[m]) ShmMemberState();
@@ -455,6 +459,10 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   single_copy_ = header_->single_copy != 0;
   single_copy_allreduce_ = header_->members_spin != 0;
   single_copy_timed_ = header_->single_copy == 3;
+  if (const char* stream = std::getenv("HVD_SHM_STREAM")) {  // for measurements: 1 always, 0 never
+    stream_timed_ = std::strcmp(stream, "0") != 0 && std::strcmp(stream, "1") != 0;
+    stream_always_ = std::strcmp(stream, "1") == 0;
+  }
   if (const char* route = std::getenv("HVD_SHM_LANE_BROADCAST")) {
     lane_route_ = std::strcmp(route, "stream") == 0 ? LaneRoute::kStream
                   : std::strcmp(route, "read") == 0 ? LaneRoute::kRead
@@ -676,9 +684,9 @@ class ShmCommunicator::Packed {
       done += run;
     }
   }
-  void read(void* dst, size_t from, size_t n, size_t esize) const {
+  void read(void* dst, size_t from, size_t n, size_t esize, void (*copy)(void*, const void*, size_t) = shm_copy) const {
     runs(from, n, esize, [&](const unsigned char* src, size_t done, size_t run) {
-      shm_copy(static_cast<unsigned char*>(dst) + done * esize, src, run * esize);
+      copy(static_cast<unsigned char*>(dst) + done * esize, src, run * esize);
     });
   }
   void write(size_t from, const void* src, size_t n, size_t esize) const {
@@ -901,6 +909,13 @@ void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, s
   const size_t chunk_elems = chunk_bytes_ / esize;
   const size_t num_chunks = (count + chunk_elems - 1) / chunk_elems;
   std::vector<const void*> srcs(size_);
+  // What the others read of ours (our slot, our reduced share) is written
+  // either into our cache or, streamed, to memory (allreduce_streamed).
+  const size_t bytes = count * esize;
+  const bool streamed = allreduce_streamed(bytes);
+  const bool timed = rank_ == 0 && stream_timed_;
+  const Clock::time_point began = timed ? Clock::now() : Clock::time_point{};
+  void (*const to_arena)(void*, const void*, size_t) = streamed ? shm_stream_copy : shm_copy;
 
   // Member m reduces share m of every chunk. Our own share never goes
   // through the arena: it is reduced from `in` straight into `out` (others
@@ -928,8 +943,8 @@ void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, s
     size_t elems = std::min(chunk_elems, count - begin);
     int buffer = static_cast<int>(step_ & 1);
     Share mine = share_of(elems, rank_);
-    in.read(slot(buffer, rank_), begin, mine.begin, esize);
-    in.read(slot(buffer, rank_) + mine.end * esize, begin + mine.end, elems - mine.end, esize);
+    in.read(slot(buffer, rank_), begin, mine.begin, esize, to_arena);
+    in.read(slot(buffer, rank_) + mine.end * esize, begin + mine.end, elems - mine.end, esize, to_arena);
     step_barrier("allreduce");
     if (previous_buffer >= 0) copy_out_others(previous_buffer, previous_begin, previous_elems);
     if (mine.end > mine.begin) {
@@ -946,7 +961,7 @@ void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, s
           reduce_many_scaled(dst + in_done * esize, srcs.data(), size_, run, dtype, op, scale);
         });
       });
-      out.read(result(buffer) + mine.begin * esize, first, n, esize);
+      out.read(result(buffer) + mine.begin * esize, first, n, esize, to_arena);
     }
     previous_buffer = buffer;
     previous_begin = begin;
@@ -954,6 +969,32 @@ void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, s
   }
   step_barrier("allreduce");
   copy_out_others(previous_buffer, previous_begin, previous_elems);
+  if (timed) {
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
+    stream_times_[stream_size_class(bytes)].record(streamed, std::max(1e-3, ns / bytes));
+  }
+}
+
+size_t ShmCommunicator::stream_size_class(size_t bytes) {
+  size_t c = 0;
+  for (size_t b = bytes / kSmallAllreduceBytes; b > 1 && c + 1 < kStreamSizeClasses; b >>= 1) ++c;
+  return c;
+}
+
+bool ShmCommunicator::allreduce_streamed(size_t bytes) {
+  if (!stream_timed_) return stream_always_;
+  // Member 0 times both ways per size class and publishes its choice; the
+  // others follow it, a call late at worst (each member's stores are its own
+  // business, so members that differ for a call still compute the same).
+  const uint32_t bit = 1u << stream_size_class(bytes);
+  if (rank_ != 0) return (header_->allreduce_streams.load(std::memory_order_relaxed) & bit) != 0;
+  const bool streamed = stream_times_[stream_size_class(bytes)].next(TimedChoice::kSamples, kRouteRetryEvery);
+  // Written only when it changes: the others read this line on every call.
+  const uint32_t was = header_->allreduce_streams.load(std::memory_order_relaxed);
+  if (((was & bit) != 0) != streamed) {
+    header_->allreduce_streams.store(streamed ? was | bit : was & ~bit, std::memory_order_relaxed);
+  }
+  return streamed;
 }
 
 void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,

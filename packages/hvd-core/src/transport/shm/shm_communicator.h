@@ -157,6 +157,10 @@ class ShmCommunicator : public Communicator {
   // HVD_SHM_SINGLE_COPY fixes it.
   int allreduce_route(size_t bytes);
   static size_t allreduce_size_class(size_t bytes);  // [2 MiB, 4 MiB): 0, each next one twice as large
+  // Whether this allreduce of `bytes` through the slots writes what the
+  // others read with streaming (non-temporal) stores; see kStreamSizeClasses.
+  bool allreduce_streamed(size_t bytes);
+  static size_t stream_size_class(size_t bytes);  // [32 KiB, 64 KiB): 0, ...; the last is open-ended
   LaneArea* lane(int member) const;
   // Waits until every member has completed lane_completed_ calls (one may
   // still be reading our slot or the ring). Each committed to those calls, so
@@ -254,6 +258,24 @@ class ShmCommunicator : public Communicator {
   // the slots (the first way) and the single copy (the second).
   std::array<TimedChoice, kAllreduceSizeClasses> allreduce_route_times_{};
   uint64_t single_copy_allreduces_ = 0;
+  // Streaming stores for the slots (allreduce_pipelined): what a member
+  // writes for the others to read goes to memory instead of its own cache.
+  // On the 2-CPU AMD EPYC VM, in the spells when its two CPUs are far apart,
+  // taking those lines out of the writer's cache costs 2-3 times what
+  // reading them from memory does: P=2 allreduce, ordinary / streaming
+  // stores, 64 KiB 35-37 / 19-21 us, 256 KiB 108-121 / 51-65, 1 MiB
+  // 390-465 / 175-204; in the spells when they are close, the other way
+  // round: 17-19 / 19-27, 36-47 / 55-75, 104-174 / 201-267 (one job
+  // switching every few calls; docs/benchmarks.md). Neither wins in both,
+  // and the spells change within seconds, so member 0 times both per size
+  // class (TimedChoice, retrying the slower way every kRouteRetryEvery runs)
+  // unless HVD_SHM_STREAM fixes it.
+  bool stream_timed_ = true;    // HVD_SHM_STREAM unset: member 0 times both ways
+  bool stream_always_ = false;  // HVD_SHM_STREAM=1
+  static constexpr size_t kStreamSizeClasses = 16;
+  // Member 0's times of its allreduces through the slots per byte, per size
+  // class, with ordinary stores (the first way) and streaming ones.
+  std::array<TimedChoice, kStreamSizeClasses> stream_times_{};
   std::vector<unsigned char> single_copy_scratch_;  // allreduce_single_copy: the others' chunks
   std::vector<const void*> single_copy_sources_;    // allreduce_single_copy: one entry per member
   std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(200);

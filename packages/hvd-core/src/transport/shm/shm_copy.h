@@ -19,4 +19,6 @@ namespace hvd {
 // measurements.
 void shm_copy(void* dst, const void* src, size_t bytes);
 
+void shm_stream_copy(void* dst, const void* src, size_t bytes);
+
 }  // namespace hvd
