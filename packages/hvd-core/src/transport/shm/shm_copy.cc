@@ -1,7 +1,6 @@
 // shm_copy.cc - see shm_copy.h.
 #include "transport/shm/shm_copy.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -25,7 +24,28 @@ void copy_memcpy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, sr
 #if defined(__x86_64__)
 // Both loops copy up to `dst`'s next multiple of the vector size first, so
 // that every store is aligned, then whole blocks of four vectors; memcpy
-// copies the ends.
+// copies the ends. kStream: non-temporal stores, which send the copy to
+// memory rather than into this CPU's cache; the fence orders them before
+// whatever tells a reader to look.
+template <bool kStream>
+void store16(unsigned char* d, __m128i v) {
+  if constexpr (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), v);
+  } else {
+    _mm_store_si128(reinterpret_cast<__m128i*>(d), v);
+  }
+}
+
+template <bool kStream>
+__attribute__((target("avx2"))) void store32(unsigned char* d, __m256i v) {
+  if constexpr (kStream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), v);
+  } else {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d), v);
+  }
+}
+
+template <bool kStream>
 void copy_sse2(void* dst, const void* src, size_t bytes) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
@@ -37,14 +57,16 @@ void copy_sse2(void* dst, const void* src, size_t bytes) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
     const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
     const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    store16<kStream>(d + i, a);
+    store16<kStream>(d + i + 16, b);
+    store16<kStream>(d + i + 32, c);
+    store16<kStream>(d + i + 48, e);
   }
   std::memcpy(d + i, s + i, bytes - i);
+  if constexpr (kStream) _mm_sfence();
 }
 
+template <bool kStream>
 __attribute__((target("avx2"))) void copy_avx2(void* dst, const void* src, size_t bytes) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
@@ -56,80 +78,30 @@ __attribute__((target("avx2"))) void copy_avx2(void* dst, const void* src, size_
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
     const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+    store32<kStream>(d + i, a);
+    store32<kStream>(d + i + 32, b);
+    store32<kStream>(d + i + 64, c);
+    store32<kStream>(d + i + 96, e);
   }
   std::memcpy(d + i, s + i, bytes - i);
-}
-
-// Non-temporal stores: the copy goes to memory rather than into this CPU's
-// cache. The fence orders them before whatever tells the reader to look.
-void stream_sse2(void* dst, const void* src, size_t bytes) {
-  auto* d = static_cast<unsigned char*>(dst);
-  const auto* s = static_cast<const unsigned char*>(src);
-  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
-  std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  std::memcpy(d + i, s + i, bytes - i);
-  _mm_sfence();
-}
-
-__attribute__((target("avx2"))) void stream_avx2(void* dst, const void* src, size_t bytes) {
-  auto* d = static_cast<unsigned char*>(dst);
-  const auto* s = static_cast<const unsigned char*>(src);
-  const size_t head = std::min(bytes, (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32);
-  std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 128 <= bytes; i += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
-    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
-  }
-  std::memcpy(d + i, s + i, bytes - i);
-  _mm_sfence();
+  if constexpr (kStream) _mm_sfence();
 }
 #endif
 
-CopyFn choose_stream() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? stream_avx2 : stream_sse2;
-#else
-  return copy_memcpy;
-#endif
-}
-
-const CopyFn kStreamCopy = choose_stream();
-
+template <bool kStream>
 CopyFn choose_copy() {
   const char* env = std::getenv("HVD_SHM_COPY");
-  if (env != nullptr && std::strcmp(env, "memcpy") == 0) return copy_memcpy;
+  if (!kStream && env != nullptr && std::strcmp(env, "memcpy") == 0) return copy_memcpy;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? copy_avx2 : copy_sse2;
+  return __builtin_cpu_supports("avx2") ? copy_avx2<kStream> : copy_sse2<kStream>;
 #else
   return copy_memcpy;
 #endif
 }
 
-const CopyFn kVectorCopy = choose_copy();
+const CopyFn kVectorCopy = choose_copy<false>();
+const CopyFn kStreamCopy = choose_copy<true>();
 
 }  // namespace
 

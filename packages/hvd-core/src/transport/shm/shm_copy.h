@@ -19,6 +19,10 @@ namespace hvd {
 // measurements.
 void shm_copy(void* dst, const void* src, size_t bytes);
 
+// The same with non-temporal (streaming) stores from 2 KiB on x86-64: the
+// copy goes to memory, not into this CPU's cache, for data another process
+// reads next (see ShmCommunicator's kStreamSizeClasses). Not affected by
+// HVD_SHM_COPY.
 void shm_stream_copy(void* dst, const void* src, size_t bytes);
 
 }  // namespace hvd
