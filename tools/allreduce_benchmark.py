@@ -655,12 +655,14 @@ def run_interleaved(backends, nproc, plan, opts):
             ok, log = _wait_all(jobs[b], max(1.0, deadline - time.monotonic()))
             payloads = read_rank_payloads(dirs[b], nproc)
             if failure or not ok or len(payloads) != nproc:
+                # Every job's output: the one that failed first may not be this one.
                 print("  ! %s at P=%d failed%s; its output:\n%s" % (
                     b, nproc, " (%s)" % failure if failure else "", _indent(log[-4000:])), flush=True)
-                return None
-            per_turn = [[p["turns"][i] for p in payloads] for i in range(opts.repeat)] if opts.repeat > 1 \
-                else [payloads]
-            out[b] = [_one_run(payloads[0].get("library", "?"), time.monotonic() - t0, t) for t in per_turn]
+                out = None
+            elif out is not None:
+                per_turn = [[p["turns"][i] for p in payloads] for i in range(opts.repeat)] if opts.repeat > 1 \
+                    else [payloads]
+                out[b] = [_one_run(payloads[0].get("library", "?"), time.monotonic() - t0, t) for t in per_turn]
     return out
 
 
