@@ -164,6 +164,14 @@ inline void cpu_pause() {
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Which of `classes` size classes `bytes` falls in: [smallest, 2 * smallest)
+// and below is 0, each next one twice as large, the last open-ended.
+size_t power_of_two_class(size_t bytes, size_t smallest, size_t classes) {
+  size_t c = 0;
+  for (size_t b = bytes / smallest; b > 1 && c + 1 < classes; b >>= 1) ++c;
+  return c;
+}
+
 // Shared (not private) futexes: the waiters live in different processes.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
   timespec ts;
@@ -747,9 +755,7 @@ bool ShmCommunicator::allreduce_scaled(const void* in, void* out, size_t count, 
 
 size_t ShmCommunicator::allreduce_size_class(size_t bytes) {
   static_assert(kSingleCopyAllreduceMaxBytes == kSingleCopyAllreduceMinBytes << kAllreduceSizeClasses);
-  size_t c = 0;
-  for (size_t b = bytes / kSingleCopyAllreduceMinBytes; b > 1; b >>= 1) ++c;
-  return c;
+  return power_of_two_class(bytes, kSingleCopyAllreduceMinBytes, kAllreduceSizeClasses);
 }
 
 int ShmCommunicator::allreduce_route(size_t bytes) {
@@ -976,9 +982,7 @@ void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, s
 }
 
 size_t ShmCommunicator::stream_size_class(size_t bytes) {
-  size_t c = 0;
-  for (size_t b = bytes / kSmallAllreduceBytes; b > 1 && c + 1 < kStreamSizeClasses; b >>= 1) ++c;
-  return c;
+  return power_of_two_class(bytes, kSmallAllreduceBytes, kStreamSizeClasses);
 }
 
 bool ShmCommunicator::allreduce_streamed(size_t bytes) {
@@ -986,9 +990,10 @@ bool ShmCommunicator::allreduce_streamed(size_t bytes) {
   // Member 0 times both ways per size class and publishes its choice; the
   // others follow it, a call late at worst (each member's stores are its own
   // business, so members that differ for a call still compute the same).
-  const uint32_t bit = 1u << stream_size_class(bytes);
+  const size_t c = stream_size_class(bytes);
+  const uint32_t bit = 1u << c;
   if (rank_ != 0) return (header_->allreduce_streams.load(std::memory_order_relaxed) & bit) != 0;
-  const bool streamed = stream_times_[stream_size_class(bytes)].next(TimedChoice::kSamples, kRouteRetryEvery);
+  const bool streamed = stream_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery);
   // Written only when it changes: the others read this line on every call.
   const uint32_t was = header_->allreduce_streams.load(std::memory_order_relaxed);
   if (((was & bit) != 0) != streamed) {
