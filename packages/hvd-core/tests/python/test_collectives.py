@@ -40,11 +40,16 @@ def test_allreduce_applies_scale_factors_in_place_and_async(np_, path):
 # read the others' memory ("deny-for-tests": the first such call
 # falls back on every rank together). Every rank must hold the reference, and
 # the very same bytes as every other rank.
+# "shm_slots_streamed": the slots only, what each rank writes for the others
+# with streaming stores (HVD_SHM_STREAM=1).
 LARGE_ALLREDUCE_KNOBS = {"default": {"HOROVOD_SPIN_WAIT": "1"},
-                         "shm_read_denied": {"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": "deny-for-tests"}}
+                         "shm_read_denied": {"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": "deny-for-tests"},
+                         "shm_slots_streamed": {"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": "0",
+                                                "HVD_SHM_STREAM": "1"}}
 
 
-@pytest.mark.parametrize("np_, knobs", [(2, "default"), (3, "default"), (3, "shm_read_denied")])
+@pytest.mark.parametrize("np_, knobs", [(2, "default"), (3, "default"), (3, "shm_read_denied"),
+                                        (3, "shm_slots_streamed")])
 def test_large_allreduce_every_dtype_and_op_matches_reference_on_every_rank(np_, knobs):
     results = ranks.run_program_ok(np_, "collectives:large_allreduce_every_dtype_and_op", timeout=180,
                                    env=LARGE_ALLREDUCE_KNOBS[knobs])
@@ -72,10 +77,13 @@ def test_grouped_and_fused_allreduce_of_many_small_tensors_are_exact(np_, knobs)
 
 # On one host a fused allreduce runs in pieces of 512 KiB that cut through
 # tensors (the shm transport's fused_piece_bytes); every element must come
-# out as if it were reduced at once.
+# out as if it were reduced at once, whether the slots are written with
+# ordinary or streaming stores (HVD_SHM_STREAM; unset, rank 0 times both).
+@pytest.mark.parametrize("stream", [None, "0", "1"])
 @pytest.mark.parametrize("np_", [2, 3])
-def test_fused_allreduce_in_pieces_matches_reference_for_every_dtype_and_op(np_):
-    results = ranks.run_program_ok(np_, "collectives:grouped_allreduce_across_pieces_every_dtype_and_op", timeout=180)
+def test_fused_allreduce_in_pieces_matches_reference_for_every_dtype_and_op(np_, stream):
+    results = ranks.run_program_ok(np_, "collectives:grouped_allreduce_across_pieces_every_dtype_and_op", timeout=180,
+                                   env={"HVD_SHM_STREAM": stream} if stream else None)
     for rank, failures in enumerate(results):
         assert failures == [], "rank %d: wrong results for %s" % (rank, failures)
 
