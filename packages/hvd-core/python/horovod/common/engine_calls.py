@@ -17,7 +17,7 @@ import time
 from horovod.common import c_api, config
 from horovod.common.exceptions import HorovodInternalError
 
-__all__ = ["ENGINE_ALLOCATED_ALLREDUCE_BYTES", "TensorDesc", "enqueue", "HandleManager", "full_name",
+__all__ = ["ENGINE_ALLOCATED_ALLREDUCE_BYTES", "TensorDesc", "enqueue", "HandleManager", "PackedGroup", "full_name",
            "group_tensor_names", "copy_owned_result", "adopt_owned_result", "OwnedResultMemory", "owned_address",
            "read_owned", "free_owned", "received_splits"]
 
@@ -198,6 +198,36 @@ def _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, r
     return buf, base
 
 
+class PackedGroup:
+    """The argument block of an in-place collective on a group of tensors that
+    comes back with the same shapes, dtypes and names call after call (a
+    training step's gradient buckets), built once by its caller: a call
+    writes only the tensors' addresses into it (`set_addresses`) before
+    `HandleManager.submit_packed`. Through `enqueue` the per-tensor work of
+    describing the tensors, naming them and finding the cached block cost a
+    102-tensor bucket about 0.4 ms a step."""
+
+    __slots__ = ("buf", "base", "offsets", "names", "reserved")
+
+    def __init__(self, collective, inputs, names, process_set_id=0, reduce_op=1, prescale_factor=1.0,
+                 postscale_factor=1.0, caller_waits=False):
+        self.buf, data_offsets = _pack(collective, inputs, names, process_set_id, inputs, reduce_op, 0,
+                                       prescale_factor, postscale_factor, None, caller_waits)
+        self.base = ctypes.addressof(self.buf)
+        # Each tensor's input and output DLTensors (in place: both its address).
+        self.offsets = [[] for _ in inputs]
+        for offset, index, _ in data_offsets:
+            self.offsets[index].append(offset)
+        self.names = names
+        self.reserved = tuple((process_set_id, n) for n in names if n)
+
+    def set_addresses(self, addresses):
+        buf, pack = self.buf, _POINTER.pack_into
+        for (in_offset, out_offset), address in zip(self.offsets, addresses):
+            pack(buf, in_offset, address)
+            pack(buf, out_offset, address)
+
+
 def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op=1, root_rank=0,
             prescale_factor=1.0, postscale_factor=1.0, splits=None, caller_waits=False, on_done=0, on_done_ctx=0):
     """Enqueues one collective (several inputs = a group) and returns the C handle.
@@ -221,14 +251,17 @@ def enqueue(collective, inputs, names, process_set_id=0, outputs=None, reduce_op
         buf, _ = _pack(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank, prescale_factor,
                        postscale_factor, splits, caller_waits)
         _ON_DONE.pack_into(buf, _ON_DONE_OFFSET, on_done, on_done_ctx)
-        handle = ctypes.c_void_p()
-        c_api.check(c_api.lib().hvd_enqueue(ctypes.addressof(buf), ctypes.byref(handle)))
-        return handle.value, []
-    buf, base = _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank,
-                            prescale_factor, postscale_factor, splits, caller_waits)
+        return _enqueue_block(ctypes.addressof(buf)), []
+    _, base = _args_block(collective, inputs, names, process_set_id, outputs, reduce_op, root_rank,
+                          prescale_factor, postscale_factor, splits, caller_waits)
+    return _enqueue_block(base), []
+
+
+def _enqueue_block(base):
+    """hvd_enqueue of the packed block at address `base`; the C handle."""
     handle = ctypes.c_void_p()
     c_api.check(c_api.lib().hvd_enqueue(base, ctypes.byref(handle)))
-    return handle.value, []
+    return handle.value
 
 
 # A wait returns to the interpreter at least this often (seconds), so Python
@@ -845,15 +878,23 @@ class HandleManager:
         the engine meanwhile (which on a fast, idle engine it may have).
         """
         reserved = tuple((process_set_id, n) for n in names if n)
+        return self._submit(finish, keep, reserved,
+                            lambda: enqueue(collective, inputs, names, process_set_id, **enqueue_args))
+
+    def submit_packed(self, finish, keep, group):
+        """`submit` for a PackedGroup whose addresses the caller has just set."""
+        return self._submit(finish, keep, group.reserved, lambda: (_enqueue_block(group.base), []))
+
+    def _submit(self, finish, keep, reserved, start):
         with self._lock:
-            for key in reserved:
-                if key in self._names:
-                    raise ValueError("Requested a collective on tensor '%s' while another one with the same name "
-                                     "is in flight in process set %d (its handle has not been synchronized). "
-                                     "Synchronize it first, or use a different name." % (key[1].decode(), key[0]))
+            if not self._names.isdisjoint(reserved):
+                key = next(k for k in reserved if k in self._names)
+                raise ValueError("Requested a collective on tensor '%s' while another one with the same name "
+                                 "is in flight in process set %d (its handle has not been synchronized). "
+                                 "Synchronize it first, or use a different name." % (key[1].decode(), key[0]))
             self._names.update(reserved)
         try:
-            c_handle, keepalive = enqueue(collective, inputs, names, process_set_id, **enqueue_args)
+            c_handle, keepalive = start()
         except BaseException:
             with self._lock:
                 self._names.difference_update(reserved)
