@@ -16,7 +16,7 @@ def test_distributed_optimizer_gradients_and_steps_match_allreduced_local_gradie
                                          env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1", "OMP_NUM_THREADS": "1"})
     expected = {"average", "param_groups", "skip_synchronize", "backward_passes_per_step", "groups",
                 "explicit_groups", "predivide_sum", "compression", "unused_parameter", "sparse", "buckets",
-                "bucket_bookkeeping", "validation", "adasum", "adam_identical", "channels_last"}
+                "bucket_bookkeeping", "bucket_block", "validation", "adasum", "adam_identical", "channels_last"}
     if size > 1:
         expected.update({"zero_grad_assertion", "last_allreduce_without_waiter"})
     if size == 3:

@@ -171,6 +171,50 @@ def every_collective_check():
     hvd.synchronize(hvd.grouped_allreduce_async_(copies, op=hvd.Sum))
     expect("grouped_allreduce", all(same(c, r, r.dtype) for c, r in zip(copies, refs)), "async in place")
 
+    # --- in place groups of CPU tensors keep their argument block from the
+    # first call on and only write each call's addresses into it: calls under
+    # one name with new tensors, another shape or dtype in the same position,
+    # a non-contiguous tensor, or a second call in flight must still behave
+    # as the first call would have
+    def in_place_group_reuse():
+        layouts = [[((5,), torch.float32), ((2, 3), torch.float32), ((7,), torch.int32)]] * 2 + [
+            [((5,), torch.float32), ((2, 4), torch.float32), ((7,), torch.int32)],
+            [((5,), torch.float32), ((2, 3), torch.float64), ((7,), torch.int32)]]
+        done = []  # every call's tensors stay alive: a later call must not write into them
+        for call, layout in enumerate(layouts):
+            for waits in (True, False):
+                seed = 2 * call + waits
+                tensors = [make(rank + seed, shape, dtype) for shape, dtype in layout]
+                want = [reference([make(r + seed, shape, dtype) for r in range(size)], "Sum", dtype)
+                        for shape, dtype in layout]
+                if waits:
+                    outs = hvd.grouped_allreduce_(tensors, op=hvd.Sum, name="reused")
+                else:
+                    outs = hvd.synchronize(hvd.grouped_allreduce_async_(tensors, op=hvd.Sum, name="reused"))
+                expect("grouped_in_place_reuse", all(o is t for o, t in zip(outs, tensors)), "call %d" % seed)
+                done += zip(tensors, want)
+        expect("grouped_in_place_reuse", all(same(t, w, w.dtype) for t, w in done),
+               [(t.tolist(), w.tolist()) for t, w in done if not same(t, w, w.dtype)])
+        strided = [make(rank, (5,), torch.float32), make(rank, (3, 2), torch.float32).t(),
+                   make(rank, (7,), torch.int32)]
+        try:
+            hvd.grouped_allreduce_(strided, op=hvd.Sum, name="reused")
+            expect("grouped_in_place_reuse", False, "a non-contiguous tensor was accepted")
+        except ValueError as e:
+            expect("grouped_in_place_reuse", "contiguous" in str(e), str(e))
+        tensors = [make(rank, shape, dtype) for shape, dtype in layouts[0]]
+        first = hvd.grouped_allreduce_async_(tensors, op=hvd.Sum, name="reused")
+        try:
+            hvd.grouped_allreduce_async_([t.clone() for t in tensors], op=hvd.Sum, name="reused")
+            expect("grouped_in_place_reuse", False, "a second call in flight under the same name was accepted")
+        except ValueError as e:
+            expect("grouped_in_place_reuse", "in flight" in str(e), str(e))
+        want = [reference([make(r, shape, dtype) for r in range(size)], "Sum", dtype) for shape, dtype in layouts[0]]
+        outs = hvd.synchronize(first)
+        expect("grouped_in_place_reuse", all(same(o, w, w.dtype) for o, w in zip(outs, want)), "after the refusal")
+
+    guarded("grouped_in_place_reuse", in_place_group_reuse)
+
     # --- sparse allreduce: values and indices are allgathered
     dense = torch.zeros(6)
     dense[rank % 6] = 1.0 + rank

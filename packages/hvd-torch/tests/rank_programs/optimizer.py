@@ -385,6 +385,47 @@ def _bucket_bookkeeping_scales_with_parameters(done):
     done.append("bucket_bookkeeping")
 
 
+def _bucket_argument_block_reused(done):
+    # 8d. a bucket's allreduce is described once: later steps only write the
+    # gradients' addresses into its argument block, whether zero_grad() made
+    # new gradients or kept them; every step still matches the reference,
+    # and a step without gradients (zeros, through the general path) too
+    if hvd.size() == 1:  # no hooks
+        done.append("bucket_block")
+        return
+    from horovod.torch import _engine_bridge as bridge
+    model = _make()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    described = [0]
+    plain_describe = bridge._describe
+
+    def counting_describe(tensor):
+        described[0] += 1
+        return plain_describe(tensor)
+
+    for step, set_to_none in enumerate((True, True, False, False)):
+        want = _reference(model, [_batch(40 + step)])
+        bridge._describe = counting_describe
+        described[0] = 0
+        try:
+            _train_step(opt, model, [_batch(40 + step)], step=False)
+            opt.synchronize()
+        finally:
+            bridge._describe = plain_describe
+        _close([p.grad for p in model.parameters()], want)
+        if step > 0:
+            assert described[0] == 0, (step, described[0])
+        with opt.skip_synchronize():
+            opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+    opt.zero_grad(set_to_none=True)
+    opt.synchronize()
+    _close([p.grad for p in model.parameters()], [torch.zeros_like(p) for p in model.parameters()])
+    opt.zero_grad()
+    done.append("bucket_block")
+
+
 def _named_parameters_validation(done):
     # 9. named_parameters validation
     model = _make()
@@ -541,6 +582,7 @@ def every_optimizer_check():
     _sparse_gradients(done)
     _gradient_buckets(done)
     _bucket_bookkeeping_scales_with_parameters(done)
+    _bucket_argument_block_reused(done)
     _named_parameters_validation(done)
     _adasum(done)
     _adam_keeps_replicas_identical(done)

@@ -10,6 +10,7 @@
 
 import ctypes
 import functools
+import threading
 
 import torch
 import torch.utils.dlpack
@@ -22,8 +23,9 @@ from horovod.common.exceptions import HorovodInternalError
 from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync_addresses,
                                          remember_block, run_cached_block, sync_template, take_torch_tensors,
                                          thread_sync)
-from horovod.common.engine_calls import (HandleManager, TensorDesc, adopt_owned_result, full_name, group_tensor_names,
-                                    owned_address, received_splits, result, run_sync, run_sync_owned)
+from horovod.common.engine_calls import (HandleManager, PackedGroup, TensorDesc, adopt_owned_result, full_name,
+                                         group_tensor_names, owned_address, received_splits, result, run_sync,
+                                         run_sync_owned)
 from horovod.common.process_sets import process_set_id_of as _process_set_id
 
 
@@ -158,7 +160,13 @@ def _check_one_device(tensors):
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
                      single, caller_waits=False):
     """Enqueues an allreduce of `tensors` into `outputs` (which may be the tensors
-    themselves); synchronize() returns outputs[0] when `single`, else the list."""
+    themselves; `outputs is tensors` for a whole group in place);
+    synchronize() returns outputs[0] when `single`, else the list."""
+    if outputs is tensors and not single:
+        handle = _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, process_set, collective,
+                                       caller_waits)
+        if handle is not None:
+            return handle
     _check_one_device(tensors)
     ps_id = _process_set_id(process_set)
     hosts = [_to_host(t) for t in tensors]
@@ -181,14 +189,72 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
 
 
 _STRIDED = torch.strided
-_ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other users of thread_sync().blocks
-_MAX_SYNC_BLOCKS = 4096
-_ALLREDUCE = c_api.ALLREDUCE
 
 
 def _plain_cpu(tensor):
     """Whether `tensor` is a plain contiguous CPU tensor (no subclass): its memory can go to the engine as is."""
     return type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()
+
+
+class _InPlaceGroup:
+    """The PackedGroup of an in-place group of plain CPU tensors, and the
+    shapes and dtypes that a later call's tensors must have to use it."""
+
+    __slots__ = ("packed", "shapes", "dtypes")
+
+    def __init__(self, tensors, name, op, prescale_factor, postscale_factor, ps_id, collective, caller_waits):
+        self.shapes = [t.shape for t in tensors]
+        self.dtypes = [t.dtype for t in tensors]
+        self.packed = PackedGroup(c_api.ALLREDUCE, [_describe(t) for t in tensors],
+                                  _tensor_names(collective, name, len(tensors)), ps_id, op, prescale_factor,
+                                  postscale_factor, caller_waits)
+
+    def addresses(self, tensors):
+        """The tensors' data addresses, or None unless each is a plain CPU
+        tensor of its member's shape and dtype."""
+        out = []
+        for t, shape, dtype in zip(tensors, self.shapes, self.dtypes):
+            if not _plain_cpu(t) or t.dtype is not dtype or t.shape != shape:
+                return None
+            out.append(t.data_ptr())
+        return out
+
+
+# Per thread, as engine_calls' blocks are: a block's addresses are written
+# and then enqueued, and another thread must not write in between.
+_in_place_groups = threading.local()
+_MAX_IN_PLACE_GROUPS = 1024
+
+
+def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, process_set, collective,
+                          caller_waits):
+    """_allreduce_async of a group in place, for plain CPU tensors (the
+    optimizer's gradient buckets, grouped_allreduce_async_): the group's
+    argument block is made on its first call, and later calls with tensors of
+    the same shapes and dtypes only write their addresses into it. None,
+    having done nothing, for any other tensors."""
+    cache = getattr(_in_place_groups, "cache", None)
+    if cache is None:
+        cache = _in_place_groups.cache = {}
+    ps_id = _process_set_id(process_set)
+    key = (collective, name, len(tensors), op, prescale_factor, postscale_factor, ps_id, caller_waits)
+    group = cache.get(key)
+    addresses = None if group is None else group.addresses(tensors)
+    if addresses is None:
+        if not tensors or not all(_plain_cpu(t) and t.dtype in _DLPACK_TYPES for t in tensors):
+            return None
+        if len(cache) >= _MAX_IN_PLACE_GROUPS:
+            cache.clear()
+        group = cache[key] = _InPlaceGroup(tensors, name, op, prescale_factor, postscale_factor, ps_id, collective,
+                                           caller_waits)
+        addresses = group.addresses(tensors)
+    group.packed.set_addresses(addresses)
+    return _handles.submit_packed(lambda _: list(tensors), [tensors], group.packed)
+
+
+_ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other users of thread_sync().blocks
+_MAX_SYNC_BLOCKS = 4096
+_ALLREDUCE = c_api.ALLREDUCE
 
 
 def _result_from_pool(tensor):

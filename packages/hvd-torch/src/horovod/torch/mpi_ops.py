@@ -391,7 +391,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     """
     op = handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
-    return _allreduce_async(tensors, list(tensors), name, op, prescale_factor, postscale_factor, process_set,
+    return _allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set,
                             "grouped_allreduce", False)
 
 
@@ -425,7 +425,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
     """
     op = handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
-    handle = _allreduce_async(tensors, list(tensors), name, op, prescale_factor, postscale_factor, process_set,
+    handle = _allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set,
                               "grouped_allreduce", False, caller_waits=True)
     return synchronize(handle)
 

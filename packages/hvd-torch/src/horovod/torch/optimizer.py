@@ -338,7 +338,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # 0.69-0.82x). The earlier ones keep the background thread, which
         # overlaps them with the rest of backward.
         prescale, postscale = self._scale_factors()
-        return _allreduce_async(tensors, list(tensors), name, self.op, prescale, postscale, self.process_set,
+        return _allreduce_async(tensors, tensors, name, self.op, prescale, postscale, self.process_set,
                                 collective, single, caller_waits=last)
 
     def _prepare_grad(self, p):
