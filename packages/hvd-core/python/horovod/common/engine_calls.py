@@ -204,10 +204,11 @@ class PackedGroup:
     training step's gradient buckets), built once by its caller: a call
     writes only the tensors' addresses into it (`set_addresses`) before
     `HandleManager.submit_packed`. Through `enqueue` the per-tensor work of
-    describing the tensors, naming them and finding the cached block cost a
-    102-tensor bucket about 0.4 ms a step."""
+    describing the tensors, naming them and finding the cached block made a
+    102-tensor bucket's submission 0.34-0.42 ms, against 0.17-0.19 ms this
+    way (one process, torch)."""
 
-    __slots__ = ("buf", "base", "offsets", "names", "reserved")
+    __slots__ = ("buf", "base", "offsets", "reserved")
 
     def __init__(self, collective, inputs, names, process_set_id=0, reduce_op=1, prescale_factor=1.0,
                  postscale_factor=1.0, caller_waits=False):
@@ -218,7 +219,6 @@ class PackedGroup:
         self.offsets = [[] for _ in inputs]
         for offset, index, _ in data_offsets:
             self.offsets[index].append(offset)
-        self.names = names
         self.reserved = tuple((process_set_id, n) for n in names if n)
 
     def set_addresses(self, addresses):
