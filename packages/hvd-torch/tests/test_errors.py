@@ -21,6 +21,7 @@ MISMATCH_CASES = {
     "inplace_dtype": "allreduce.t",
     "reducescatter_shape": "reducescatter.t",
     "grad_shape": "allreduce",
+    "grouped_inplace_shape": "grouped_allreduce.t_1",
 }
 
 

@@ -15,6 +15,15 @@ from horovod.common.exceptions import HorovodCollectiveMismatchError
 # Ranks share two cores: intra-op threads would only contend.
 torch.set_num_threads(1)
 
+
+
+def _grouped_in_place_shape(rank):
+    # The first call leaves the group's argument block on every rank; in the
+    # second, rank 0 reuses it and the others make a new one for their shape.
+    hvd.grouped_allreduce_([torch.zeros(2), torch.zeros(3)], name="t")
+    hvd.grouped_allreduce_([torch.zeros(2), torch.zeros(3 + rank)], name="t")
+
+
 # Each case submits, on every rank, a collective named 't' whose shape,
 # dtype, op, root or trailing dimensions differ between ranks.
 MISMATCH_CASES = {
@@ -28,6 +37,7 @@ MISMATCH_CASES = {
     "inplace_dtype": lambda rank: hvd.allreduce_(torch.zeros(3, dtype=torch.float64 if rank else torch.float32),
                                                  name="t"),
     "reducescatter_shape": lambda rank: hvd.reducescatter(torch.zeros(6, 1 + rank), name="t"),
+    "grouped_inplace_shape": _grouped_in_place_shape,
     "grad_shape": lambda rank: hvd.allreduce(torch.zeros(3 + rank, requires_grad=True), name="t").sum().backward(),
 }
 
@@ -106,16 +116,20 @@ def bad_input_and_use_before_init():
 
 
 def rank_1_dies_after_warmup():
-    """Rank 1 SIGKILLs itself; rank 0 returns the errors of two later allreduces and how long they took."""
+    """Rank 1 SIGKILLs itself; rank 0 returns the errors of four later allreduces (two of an in-place
+    group whose argument block it kept) and how long they took."""
     hvd.init()
     hvd.allreduce(torch.ones(1), name="warmup")
+    # An in-place group whose argument block is kept from here on (reused below).
+    hvd.grouped_allreduce_([torch.ones(1), torch.ones(2)], name="group")
     if hvd.rank() == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.time()
     errors = []
-    for _ in range(2):
+    for call in (lambda: hvd.allreduce(torch.ones(1), name="after_death"),
+                 lambda: hvd.grouped_allreduce_([torch.ones(1), torch.ones(2)], name="group")) * 2:
         try:
-            hvd.allreduce(torch.ones(1), name="after_death")
+            call()
             errors.append(None)
         except hvd.HorovodInternalError as e:
             errors.append(str(e))
