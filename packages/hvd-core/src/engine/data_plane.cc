@@ -13,7 +13,9 @@ void HostDataPlane::copy(void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
-size_t HostDataPlane::fused_piece_bytes(const Communicator& comm) const { return comm.fused_piece_bytes(); }
+size_t HostDataPlane::fused_piece_bytes(const Communicator& comm, size_t bytes) const {
+  return comm.fused_piece_bytes(bytes);
+}
 
 void HostDataPlane::zero(void* dst, size_t bytes) {
   if (bytes > 0) std::memset(dst, 0, bytes);

@@ -60,10 +60,11 @@ class DataPlane {
   virtual DLManagedTensor* make_owned(const std::vector<int64_t>& shape, DataType dtype) = 0;
   // Fused tensors start at multiples of this many bytes.
   virtual size_t fusion_alignment() const = 0;
-  // A fused allreduce through `comm` larger than this many bytes is run in
-  // pieces of it (Communicator::fused_piece_bytes); 0: at once.
-  virtual size_t fused_piece_bytes(const Communicator& comm) const {
+  // A fused allreduce of `bytes` through `comm` is run in pieces of this
+  // many bytes (Communicator::fused_piece_bytes); 0: packed, at once.
+  virtual size_t fused_piece_bytes(const Communicator& comm, size_t bytes) const {
     (void)comm;
+    (void)bytes;
     return 0;
   }
   // For algorithms that run on the CPU (Adasum): host memory holding the
@@ -101,7 +102,7 @@ class HostDataPlane : public DataPlane {
   void* scratch(size_t bytes) override;
   DLManagedTensor* make_owned(const std::vector<int64_t>& shape, DataType dtype) override;
   size_t fusion_alignment() const override { return 1; }
-  size_t fused_piece_bytes(const Communicator& comm) const override;
+  size_t fused_piece_bytes(const Communicator& comm, size_t bytes) const override;
   void* host_view(void* data, size_t) override { return data; }
   void write_back(void*, const void*, size_t) override {}
 

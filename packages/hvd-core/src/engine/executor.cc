@@ -169,10 +169,10 @@ void Executor::allreduce(const Response& r, const std::vector<LocalTensor>& loca
     complete(plane, locals[0], alloc_errors[0]);
     return;
   }
-  const size_t piece = adasum_op ? 0 : plane.fused_piece_bytes(comm) / esize;
   size_t elements = 0;
   for (size_t c : counts) elements += c;
-  if (piece > 0 && elements > piece) {
+  const size_t piece = adasum_op ? 0 : plane.fused_piece_bytes(comm, elements * esize) / esize;
+  if (piece > 0 && elements >= piece) {
     allreduce_in_pieces(r, locals, plane, comm, counts, elements, piece);
     return;
   }

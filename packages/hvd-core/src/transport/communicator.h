@@ -134,10 +134,15 @@ class Communicator {
   // must set the same value before the same collective: the engine applies
   // what the coordinator stamped on the response.
   virtual void set_pipeline_chunk_bytes(size_t bytes) { (void)bytes; }
-  // A fused allreduce of more than this many bytes is packed, reduced and
-  // unpacked piece by piece, each piece while it is in the cache; 0: at once
-  // (a transport whose calls cost more than the copies' trips to memory).
-  virtual size_t fused_piece_bytes() const { return 0; }
+  // A fused allreduce of `bytes` runs in pieces of this many bytes, each
+  // reduced where its tensors lie (allreduce_parts) or packed, reduced and
+  // unpacked while it is in the cache; `bytes` itself: one piece; 0: packed
+  // at once (a transport whose calls cost more than the copies' trips to
+  // memory). The same on every member for the same `bytes`.
+  virtual size_t fused_piece_bytes(size_t bytes) const {
+    (void)bytes;
+    return 0;
+  }
 
  protected:
   int rank_ = 0;

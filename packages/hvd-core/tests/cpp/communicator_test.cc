@@ -604,88 +604,95 @@ HVD_TEST(shm_scaled_allreduce_equals_the_allreduce_scaled_afterwards) {
   });
 }
 
+// allreduce_parts of `count` elements whose parts are, in turn, as long as
+// `runs` says, each member putting some parts' results in place and others
+// elsewhere (and now and then all of them in one buffer of its own, so that
+// the members' layouts differ): the result must be, byte for byte,
+// allreduce_scaled of the packed array (and the reference where unscaled);
+// inputs reduced out of place stay as they were. `round` picks the scale
+// and the one-buffer members.
+void check_allreduce_parts(Communicator& comm, int me, int size, DataType dtype, size_t count,
+                           const std::vector<size_t>& runs, int round, const std::string& context) {
+  const size_t esize = dtype_size(dtype);
+  const double scale = round % 2 == 0 ? 1.0 : 1.0 / 3.0;
+  std::vector<unsigned char> packed(count * esize), expected(packed.size());
+  std::vector<std::vector<unsigned char>> inputs, outputs;  // the parts' own memory
+  std::vector<ArrayPart> in_parts, out_parts;
+  std::vector<bool> in_place;
+  for (size_t first = 0, k = 0; first < count; ++k) {
+    const size_t n = std::min(runs[k % runs.size()], count - first);
+    inputs.emplace_back(n * esize);
+    for (size_t i = 0; i < n; ++i) {
+      const double v = input_value(me, first + i, ReduceOp::kSum, dtype);
+      store_value(inputs.back().data(), i, dtype, v);
+      store_value(packed.data(), first + i, dtype, v);
+    }
+    in_place.push_back((k + static_cast<size_t>(me)) % 2 == 0);
+    outputs.emplace_back(in_place.back() ? 0 : n * esize + 1, 0xee);
+    first += n;
+  }
+  const std::vector<std::vector<unsigned char>> original = inputs;
+  for (size_t k = 0, first = 0; k < inputs.size(); ++k) {
+    const size_t n = inputs[k].size() / esize;
+    in_parts.push_back({inputs[k].data(), first, n});
+    out_parts.push_back({in_place[k] ? inputs[k].data() : outputs[k].data(), first, n});
+    first += n;
+  }
+  std::vector<unsigned char> whole;
+  if ((round + me) % 3 == 0) {
+    whole.assign(count * esize + 1, 0xee);
+    out_parts.assign(1, ArrayPart{whole.data(), 0, count});
+    in_place.assign(in_place.size(), false);
+  }
+  EXPECT_TRUE(comm.allreduce_scaled(packed.data(), expected.data(), count, dtype, ReduceOp::kSum, scale));
+  comm.allreduce_parts(in_parts, out_parts, count, dtype, ReduceOp::kSum, scale);
+  const std::string what = context + " " + label(Transport::kShm, size, "allreduce_parts", dtype, ReduceOp::kSum, count) +
+                           " in " + std::to_string(inputs.size()) + " parts by " + std::to_string(scale) +
+                           (whole.empty() ? "" : " into one buffer");
+  for (size_t k = 0; k < out_parts.size(); ++k) {
+    const ArrayPart& part = out_parts[k];
+    if (scale == 1.0) check_reduced(part.data, part.first, part.count, size, ReduceOp::kSum, dtype, what);
+    if (std::memcmp(part.data, expected.data() + part.first * esize, part.count * esize) != 0) {
+      ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) + " (elements " +
+                                               std::to_string(part.first) + "..) differs");
+      break;
+    }
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!in_place[k] && (inputs[k] != original[k] || (whole.empty() && outputs[k].back() != 0xee))) {
+      ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) +
+                                               " changed its input or wrote past its output");
+      break;
+    }
+  }
+  if (!whole.empty()) EXPECT_EQ(whole.back(), static_cast<unsigned char>(0xee));
+}
+
 // A fused allreduce's piece reduced where its tensors lie (the executor's
-// allreduce_in_pieces): parts of one element up to several chunks, each
-// member putting some parts' results in place and others elsewhere, every
+// allreduce_in_pieces): parts of one element up to several chunks, every
 // dtype, P=2 and 3, at the default chunk and at one that cuts parts and
-// shares anywhere. The result must be, byte for byte, allreduce_scaled of
-// the packed array (and the reference where unscaled); inputs reduced out of
-// place stay as they were. Sizes the slots do not take (small, the single
-// copy's window) and TCP say no. With what the others read written by
-// ordinary stores and by streaming ones (HVD_SHM_STREAM=0 / 1; unset, both
-// in turn), parts that start anywhere in a vector.
+// shares anywhere (check_allreduce_parts). Small sizes and TCP say no. With
+// what the others read written by ordinary stores and by streaming ones
+// (HVD_SHM_STREAM=0 / 1; unset, both in turn), parts that start anywhere in
+// a vector.
 HVD_TEST(shm_allreduce_parts_equals_the_allreduce_of_the_packed_array) {
   const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt8,
                               DataType::kUInt8,   DataType::kBool,    DataType::kFloat16, DataType::kBFloat16};
-  const size_t kRuns[] = {1, 3, 1000, 17, 70000, 64, 5, 200000};  // part lengths, in turn
+  const std::vector<size_t> kRuns = {1, 3, 1000, 17, 70000, 64, 5, 200000};  // part lengths, in turn
   for (const char* stream : {"0", "1", "auto"}) {
     ::setenv("HVD_SHM_STREAM", stream, 1);
     for (int size : {2, 3}) {
       run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
         EXPECT_TRUE(!comm.allreduces_parts(1000));
         EXPECT_TRUE(comm.allreduces_parts(512 * 1024));
-        EXPECT_TRUE(!comm.allreduces_parts(size_t{4} << 20));
+        EXPECT_TRUE(comm.allreduces_parts(size_t{4} << 20));
         EXPECT_TRUE(comm.allreduces_parts(size_t{64} << 20));
         int round = 0;
         for (size_t chunk : {size_t{0}, size_t{5000}}) {
           comm.set_pipeline_chunk_bytes(chunk);
           for (DataType dtype : kDtypes) {
-            const size_t esize = dtype_size(dtype);
-            const size_t count = 700 * 1024 / esize + 11;
-            const double scale = round++ % 2 == 0 ? 1.0 : 1.0 / 3.0;
-            std::vector<unsigned char> packed(count * esize), expected(packed.size());
-            std::vector<std::vector<unsigned char>> inputs, outputs;  // the parts' own memory
-            std::vector<ArrayPart> in_parts, out_parts;
-            std::vector<bool> in_place;
-            for (size_t first = 0, k = 0; first < count; ++k) {
-              const size_t n = std::min(kRuns[k % std::size(kRuns)], count - first);
-              inputs.emplace_back(n * esize);
-              for (size_t i = 0; i < n; ++i) {
-                const double v = input_value(me, first + i, ReduceOp::kSum, dtype);
-                store_value(inputs.back().data(), i, dtype, v);
-                store_value(packed.data(), first + i, dtype, v);
-              }
-              in_place.push_back((k + static_cast<size_t>(me)) % 2 == 0);
-              outputs.emplace_back(in_place.back() ? 0 : n * esize + 1, 0xee);
-              first += n;
-            }
-            const std::vector<std::vector<unsigned char>> original = inputs;
-            for (size_t k = 0, first = 0; k < inputs.size(); ++k) {
-              const size_t n = inputs[k].size() / esize;
-              in_parts.push_back({inputs[k].data(), first, n});
-              out_parts.push_back({in_place[k] ? inputs[k].data() : outputs[k].data(), first, n});
-              first += n;
-            }
-            // Now and then one member's result goes to one buffer: runs of the
-            // output then cut across the input's parts.
-            std::vector<unsigned char> whole;
-            if ((round + me) % 3 == 0) {
-              whole.assign(count * esize + 1, 0xee);
-              out_parts.assign(1, ArrayPart{whole.data(), 0, count});
-              in_place.assign(in_place.size(), false);
-            }
-            EXPECT_TRUE(comm.allreduce_scaled(packed.data(), expected.data(), count, dtype, ReduceOp::kSum, scale));
-            comm.allreduce_parts(in_parts, out_parts, count, dtype, ReduceOp::kSum, scale);
-            const std::string what = std::string("HVD_SHM_STREAM=") + stream + " chunk " + std::to_string(chunk) + " " +
-                                     label(Transport::kShm, size, "allreduce_parts", dtype, ReduceOp::kSum, count) +
-                                     " by " + std::to_string(scale) + (whole.empty() ? "" : " into one buffer");
-            for (size_t k = 0; k < out_parts.size(); ++k) {
-              const ArrayPart& part = out_parts[k];
-              if (scale == 1.0) check_reduced(part.data, part.first, part.count, size, ReduceOp::kSum, dtype, what);
-              if (std::memcmp(part.data, expected.data() + part.first * esize, part.count * esize) != 0) {
-                ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) + " (elements " +
-                                                         std::to_string(part.first) + "..) differs");
-                break;
-              }
-            }
-            for (size_t k = 0; k < inputs.size(); ++k) {
-              if (!in_place[k] && (inputs[k] != original[k] || (whole.empty() && outputs[k].back() != 0xee))) {
-                ::hvd_test::fail(__FILE__, __LINE__, what + ": part " + std::to_string(k) +
-                                                         " changed its input or wrote past its output");
-                break;
-              }
-            }
-            if (!whole.empty()) EXPECT_EQ(whole.back(), static_cast<unsigned char>(0xee));
+            check_allreduce_parts(comm, me, size, dtype, 700 * 1024 / dtype_size(dtype) + 11, kRuns, round++,
+                                  std::string("HVD_SHM_STREAM=") + stream + " chunk " + std::to_string(chunk));
           }
         }
       }, [](CommOptions& options) { options.spin = true; });
@@ -693,6 +700,57 @@ HVD_TEST(shm_allreduce_parts_equals_the_allreduce_of_the_packed_array) {
   }
   ::unsetenv("HVD_SHM_STREAM");
   run_world(Transport::kTcp, 2, 10.0, [&](Communicator& comm, int) { EXPECT_TRUE(!comm.allreduces_parts(512 * 1024)); });
+}
+
+// In the single copy's window (2-32 MiB, members that spin) a fused
+// allreduce goes in one piece (fused_piece_bytes), and allreduce_parts
+// reads the other members' parts where they lie: with
+// HVD_SHM_SINGLE_COPY=1 every call through the single copy, with =0 none,
+// with "deny-for-tests" the first call finds that members other than 0 may
+// not read and all fall back to the slots together (before anyone wrote),
+// unset as member 0 timed the two ways. Parts long and short (thousands of
+// them: more than one process_vm_readv takes at once), members whose
+// layouts differ (check_allreduce_parts), back to back with a small
+// allreduce, P=2 and 3.
+HVD_TEST(shm_allreduce_parts_in_the_single_copy_window_read_the_parts_where_they_lie) {
+  const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kFloat64};
+  const std::vector<std::vector<size_t>> kRuns = {{1, 3, 700, 17, 64, 5}, {300000, 1, 90001}};
+  for (const char* single_copy : {"1", "0", "deny-for-tests", "auto"}) {
+    ::setenv("HVD_SHM_SINGLE_COPY", single_copy, 1);
+    for (int size : {2, 3}) {
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        EXPECT_EQ(comm.fused_piece_bytes(size_t{2} << 20),
+                  std::strcmp(single_copy, "0") == 0 ? size_t{512} << 10 : size_t{2} << 20);
+        EXPECT_EQ(comm.fused_piece_bytes((size_t{2} << 20) - 1), size_t{512} << 10);
+        EXPECT_EQ(comm.fused_piece_bytes(size_t{32} << 20), size_t{512} << 10);
+        int round = 0;
+        for (DataType dtype : kDtypes) {
+          for (const std::vector<size_t>& runs : kRuns) {
+            const size_t count = (size_t{2} << 20) / dtype_size(dtype) + 13 + 7 * static_cast<size_t>(round);
+            // Each call is also timed packed (allreduce_scaled), which takes the same route.
+            check_allreduce_parts(comm, me, size, dtype, count, runs, round++,
+                                  std::string("HVD_SHM_SINGLE_COPY=") + single_copy);
+            float small[3] = {1.0f, 2.0f, 3.0f};
+            comm.allreduce(small, 3, DataType::kFloat32, ReduceOp::kSum);
+            EXPECT_EQ(small[2], 3.0f * static_cast<float>(size));
+          }
+        }
+        const uint64_t single = dynamic_cast<ShmCommunicator&>(comm).single_copy_allreduces();
+        if (std::strcmp(single_copy, "1") == 0) {
+          EXPECT_EQ(single, static_cast<uint64_t>(2 * round));
+        } else if (std::strcmp(single_copy, "auto") == 0) {
+          EXPECT_TRUE(single >= 4);
+        } else {
+          EXPECT_EQ(single, uint64_t{0});
+        }
+        // "deny-for-tests" agreed on the slots at the first call: whole pieces no more.
+        if (std::strcmp(single_copy, "deny-for-tests") == 0) {
+          EXPECT_EQ(comm.fused_piece_bytes(size_t{4} << 20), size_t{512} << 10);
+        }
+      }, [](CommOptions& options) { options.spin = true; });
+    }
+  }
+  ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
 HVD_TEST(create_communicator_picks_transport_from_hosts_and_options) {
@@ -822,27 +880,29 @@ HVD_TEST(shm_allreduce_parts_fails_promptly_when_a_member_is_silent_or_aborts) {
     EXPECT_TRUE(comm.allreduces_parts(data.size() * sizeof(float)));
     comm.allreduce_parts(parts, parts, data.size(), DataType::kFloat32, ReduceOp::kSum, 0.5);
   };
-  const size_t count = 512 * 1024 / sizeof(float);
-  expect_survivors_fail(Transport::kShm, 2, 1.0, 4.0,
-                        [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); },
-                        "global rank 1", count, in_parts);
-  expect_survivors_fail(
-      Transport::kShm, 3, 20.0, 2.0,
-      [&](Communicator& c) {
-        std::thread aborter([&c] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(30));
-          c.abort("test abort");
+  // Through the slots, and (P=2: the members spin) in the single copy's window.
+  for (size_t count : {size_t{512 * 1024 / sizeof(float)}, size_t{3 * 1024 * 1024 / sizeof(float)}}) {
+    expect_survivors_fail(Transport::kShm, 2, 1.0, 4.0,
+                          [](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); },
+                          "global rank 1", count, in_parts);
+    expect_survivors_fail(
+        Transport::kShm, 3, 20.0, 2.0,
+        [&](Communicator& c) {
+          std::thread aborter([&c] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            c.abort("test abort");
+          });
+          std::vector<float> data(count, 1.0f);
+          try {
+            for (;;) in_parts(c, data);  // until the abort
+          } catch (const Error&) {
+          }
+          aborter.join();
+        },
+        "test abort", count, [&](Communicator& c, std::vector<float>& data) {
+          for (int i = 0; i < 1000000; ++i) in_parts(c, data);  // calls are in flight when the abort comes
         });
-        std::vector<float> data(count, 1.0f);
-        try {
-          for (;;) in_parts(c, data);  // until the abort
-        } catch (const Error&) {
-        }
-        aborter.join();
-      },
-      "test abort", count, [&](Communicator& c, std::vector<float>& data) {
-        for (int i = 0; i < 1000000; ++i) in_parts(c, data);  // calls are in flight when the abort comes
-      });
+  }
 }
 
 HVD_TEST(tcp_silent_member_times_out_naming_it) {

@@ -88,6 +88,20 @@ def test_fused_allreduce_in_pieces_matches_reference_for_every_dtype_and_op(np_,
         assert failures == [], "rank %d: wrong results for %s" % (rank, failures)
 
 
+# From 2 MiB (to 32 MiB) a fused allreduce goes in one piece among ranks that
+# spin (forced here, so that P=3 on 2 CPUs spins too): the single copy reads
+# the other ranks' tensors where they lie (HVD_SHM_SINGLE_COPY=1), the slots
+# take it whole (=0), or rank 0 times both (unset); ranks that prescale or
+# joined pack it instead, beside ranks that do not.
+@pytest.mark.parametrize("single_copy", ["1", "0", "auto"])
+@pytest.mark.parametrize("np_", [2, 3])
+def test_fused_allreduce_in_the_single_copy_window_matches_reference_for_every_dtype_and_op(np_, single_copy):
+    results = ranks.run_program_ok(np_, "collectives:grouped_allreduce_in_the_single_copy_window_every_dtype_and_op",
+                                   timeout=180, env={"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": single_copy})
+    for rank, failures in enumerate(results):
+        assert failures == [], "rank %d: wrong results for %s" % (rank, failures)
+
+
 @pytest.mark.parametrize("np_", SIZES)
 def test_allgather_concatenates_different_first_dimensions_every_dtype(np_):
     results = ranks.run_program_ok(np_, "collectives:allgather_with_different_first_dimensions_every_dtype")

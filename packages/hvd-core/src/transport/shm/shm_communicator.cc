@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -123,7 +124,7 @@ constexpr size_t kSingleCopyAllreduceMaxBytes = 32 * 1024 * 1024;
 // it is read into scratch that stays in the L2 cache for the reduction.
 constexpr size_t kSingleCopyReduceChunkBytes = 256 * 1024;
 // A fused allreduce runs in pieces of this many bytes (Executor::
-// allreduce_in_pieces): packed, reduced and unpacked while a piece is in the
+// allreduce_in_pieces; in the single copy's window, in one piece): packed, reduced and unpacked while a piece is in the
 // cache, where packing everything first sent each byte to memory and back
 // twice more. Measured on a 2-CPU VM, a grouped allreduce of the training
 // benchmark's 102 gradients (6.6 MB), pieces of 0 (all at once) / 512 KiB /
@@ -228,10 +229,13 @@ struct alignas(64) ShmMemberState {
   std::atomic<uint32_t> departed;
   std::atomic<uint64_t> pid_namespace;
   std::atomic<uint64_t> scratch[2];  // for max_over_members, double-buffered like the slots
-  // Single-copy collectives: where this member's input and output are, and
+  // Single-copy collectives: where this member's input and output are (for
+  // an allreduce: its lists of ArrayParts, of these many entries), and
   // whether it failed to read some other member's memory.
   std::atomic<uint64_t> single_copy_input;
   std::atomic<uint64_t> single_copy_output;
+  std::atomic<uint64_t> single_copy_input_parts;
+  std::atomic<uint64_t> single_copy_output_parts;
   std::atomic<uint32_t> single_copy_failed;
   char abort_reason[kAbortReasonBytes];
 };
@@ -702,6 +706,8 @@ class ShmCommunicator::Packed {
       shm_copy(dst, static_cast<const unsigned char*>(src) + done * esize, run * esize);
     });
   }
+  const ArrayPart* parts() const { return parts_; }
+  size_t num_parts() const { return num_parts_; }
 
  private:
   ArrayPart one_{};
@@ -739,18 +745,23 @@ bool ShmCommunicator::allreduce_scaled(const void* in, void* out, size_t count, 
   if (bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) {
     allreduce_small(in, out, count, dtype, op, scale);
   } else {
-    const Clock::time_point began = Clock::now();
-    const int route = allreduce_route(bytes);
-    if (!(route > 0 && allreduce_single_copy(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(out),
-                                             count, dtype, op, scale))) {
-      allreduce_pipelined(Packed(in, count), Packed(out, count), count, dtype, op, scale);
-    }
-    if (rank_ == 0 && route >= 0 && single_copy_timed_) {
-      const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
-      allreduce_route_times_[allreduce_size_class(bytes)].record(route > 0, std::max(1e-3, ns / bytes));
-    }
+    allreduce_large(Packed(in, count), Packed(out, count), count, dtype, op, scale);
   }
   return true;
+}
+
+void ShmCommunicator::allreduce_large(const Packed& in, const Packed& out, size_t count, DataType dtype, ReduceOp op,
+                                      double scale) {
+  const size_t bytes = count * dtype_size(dtype);
+  const Clock::time_point began = Clock::now();
+  const int route = allreduce_route(bytes);
+  if (!(route > 0 && allreduce_single_copy(in, out, count, dtype, op, scale))) {
+    allreduce_pipelined(in, out, count, dtype, op, scale);
+  }
+  if (rank_ == 0 && route >= 0 && single_copy_timed_) {
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
+    allreduce_route_times_[allreduce_size_class(bytes)].record(route > 0, std::max(1e-3, ns / bytes));
+  }
 }
 
 size_t ShmCommunicator::allreduce_size_class(size_t bytes) {
@@ -758,11 +769,13 @@ size_t ShmCommunicator::allreduce_size_class(size_t bytes) {
   return power_of_two_class(bytes, kSingleCopyAllreduceMinBytes, kAllreduceSizeClasses);
 }
 
+bool ShmCommunicator::single_copy_may_take(size_t bytes) const {
+  return single_copy_ && single_copy_allreduce_ && bytes >= kSingleCopyAllreduceMinBytes &&
+         bytes < kSingleCopyAllreduceMaxBytes;
+}
+
 int ShmCommunicator::allreduce_route(size_t bytes) {
-  if (!single_copy_ || !single_copy_allreduce_ || bytes < kSingleCopyAllreduceMinBytes ||
-      bytes >= kSingleCopyAllreduceMaxBytes) {
-    return -1;
-  }
+  if (!single_copy_may_take(bytes)) return -1;
   if (!single_copy_timed_) return 1;
   // Every member counts the calls of each size class alike, and reads the
   // route member 0 published for this one during the class's last call
@@ -784,55 +797,76 @@ int ShmCommunicator::allreduce_route(size_t bytes) {
   return single ? 1 : 0;
 }
 
-// Member m reduces share m of the whole buffer, reading the other members'
+// Member m reduces share m of the whole array, reading the other members'
 // share m straight out of their inputs (reduce-scatter), then reads every
-// other member's reduced share out of its output (allgather).
+// other member's reduced share out of its output (allgather). An array may
+// lie in parts of several buffers (a fused allreduce reduced where its
+// tensors lie), and each member's parts are its own: every member publishes
+// where its lists of parts are, and the others read the lists, then the
+// runs of the array they need, out of its process.
 //
 // Why this is safe in place (in == out on some or all members): in phase 1
-// member m writes only share m of its own buffer, and reads only share m of
+// member m writes only share m of its own array, and reads only share m of
 // the others', which they do not write in phase 1 (each writes its own
 // share); its own share m it reads only itself, as the first source of the
 // reduction, which reduce_many allows to alias the destination. Phase 2
-// writes every other share of our buffer; the others read those shares of
+// writes every other share of our array; the others read those shares of
 // our input in phase 1, hence the barrier between the phases. In phase 2
 // member m reads share p of member p's output, which p never writes in
 // phase 2; the last barrier keeps it unchanged (and allocated) until every
-// member has read it.
-bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count,
-                                            DataType dtype, ReduceOp op, double scale) {
+// member has read it. The lists of parts live in the members' own memory
+// until the call returns.
+bool ShmCommunicator::allreduce_single_copy(const Packed& in, const Packed& out, size_t count, DataType dtype,
+                                            ReduceOp op, double scale) {
   ShmMemberState* members = member_states(header_);
-  members[rank_].single_copy_input.store(reinterpret_cast<uint64_t>(input), std::memory_order_relaxed);
-  members[rank_].single_copy_output.store(reinterpret_cast<uint64_t>(output), std::memory_order_relaxed);
+  ShmMemberState& self = members[rank_];
+  self.single_copy_input.store(reinterpret_cast<uint64_t>(in.parts()), std::memory_order_relaxed);
+  self.single_copy_input_parts.store(in.num_parts(), std::memory_order_relaxed);
+  self.single_copy_output.store(reinterpret_cast<uint64_t>(out.parts()), std::memory_order_relaxed);
+  self.single_copy_output_parts.store(out.num_parts(), std::memory_order_relaxed);
   step_barrier("allreduce");
-  if (!single_copy_proven_) {
-    // Find out whether we may read the others' memory before anyone writes
-    // its output: in place, a member that had reduced its share could not
-    // fall back to the slots (its input would be gone).
-    int error = 0;
-    unsigned char probe = 0;
-    for (int m = 0; m < size_ && error == 0; ++m) {
-      if (m == rank_) continue;
-      error = read_member_memory(m, members[m].single_copy_input.load(std::memory_order_relaxed), &probe, 1);
+  // The others' lists of parts. On the first call reading them is also the
+  // test of whether we may read the others' memory at all, made before
+  // anyone writes its output: in place, a member that had reduced its share
+  // could not fall back to the slots (its input would be gone).
+  std::vector<std::vector<ArrayPart>>& lists = single_copy_lists_;
+  lists.resize(2 * static_cast<size_t>(size_));
+  int error = 0, failed = -1;
+  for (int m = 0; m < size_ && error == 0; ++m) {
+    if (m == rank_) continue;
+    for (int output = 0; output < 2 && error == 0; ++output) {
+      const ShmMemberState& member = members[m];
+      std::vector<ArrayPart>& list = lists[2 * m + output];
+      list.resize((output ? member.single_copy_output_parts : member.single_copy_input_parts).load());
+      error = read_member_memory(m, (output ? member.single_copy_output : member.single_copy_input).load(),
+                                 reinterpret_cast<unsigned char*>(list.data()), list.size() * sizeof(ArrayPart));
+      failed = m;
     }
+  }
+  // After the test a read can only fail when a member died or left (or on a
+  // bug): we may already have written our output, so there is no falling
+  // back; fail, which stops every member.
+  auto fail_reading = [&](int member, int error) {
+    check_peers(UINT64_MAX, "allreduce");  // the usual error for a dead or departed member
+    fail("allreduce", "cannot read the buffer of " + member_name(member) + " (" + std::strerror(error) + ")");
+  };
+  if (!single_copy_proven_) {
     if (!agree_on_single_copy(error, "allreduce")) return false;
     // Not set by a successful allgather: there a member reads nothing from
     // members whose pieces are empty, which proves nothing.
     single_copy_proven_ = true;
+  } else if (error != 0) {
+    fail_reading(failed, error);
   }
+  auto read_or_fail = [&](int member) {
+    const int error = read_member_iovecs(member);
+    if (error != 0) fail_reading(member, error);
+  };
   const size_t esize = dtype_size(dtype);
   // Shares start on cache lines, like the slots' (allreduce_pipelined).
   const size_t share_elems = align_up((count + size_ - 1) / size_, std::max<size_t>(1, 64 / esize));
   auto share_begin = [&](int member) { return std::min(count, share_elems * static_cast<size_t>(member)); };
   auto share_end = [&](int member) { return std::min(count, share_begin(member) + share_elems); };
-  // After the probe a read can only fail when a member died or left (or on a
-  // bug): we may already have written our output, so there is no falling
-  // back; fail, which stops every member.
-  auto read_or_fail = [&](int member, uint64_t remote, unsigned char* dst, size_t bytes) {
-    int error = read_member_memory(member, remote, dst, bytes);
-    if (error == 0) return;
-    check_peers(UINT64_MAX, "allreduce");  // the usual error for a dead or departed member
-    fail("allreduce", "cannot read the buffer of " + member_name(member) + " (" + std::strerror(error) + ")");
-  };
 
   const size_t chunk_elems = std::max<size_t>(1, kSingleCopyReduceChunkBytes / esize);
   const size_t chunk_bytes = chunk_elems * esize;
@@ -840,25 +874,38 @@ bool ShmCommunicator::allreduce_single_copy(const unsigned char* input, unsigned
   std::vector<const void*>& srcs = single_copy_sources_;
   for (size_t first = share_begin(rank_); first < share_end(rank_); first += chunk_elems) {
     const size_t n = std::min(chunk_elems, share_end(rank_) - first);
-    // Our own input first, then the others in member order: the order
-    // allreduce_pipelined reduces in.
-    srcs[0] = input + first * esize;  // may alias the destination
     unsigned char* scratch = single_copy_scratch_.data();
-    int next = 1;
     for (int m = 0; m < size_; ++m) {
       if (m == rank_) continue;
-      const uint64_t remote = members[m].single_copy_input.load(std::memory_order_relaxed) + first * esize;
-      read_or_fail(m, remote, scratch, n * esize);
-      srcs[next++] = scratch;
+      Packed(lists[2 * m]).runs(first, n, esize, [&](const unsigned char* src, size_t done, size_t run) {
+        add_iovecs(scratch + done * esize, src, run * esize);
+      });
+      read_or_fail(m);
       scratch += chunk_bytes;
     }
-    reduce_many_scaled(output + first * esize, srcs.data(), size_, n, dtype, op, scale);
+    // Runs that lie in one part of `out` and one of `in` (dst may alias
+    // srcs[0]); our own input first, then the others in member order: the
+    // order allreduce_pipelined reduces in.
+    out.runs(first, n, esize, [&](unsigned char* dst, size_t out_done, size_t out_run) {
+      in.runs(first + out_done, out_run, esize, [&](const unsigned char* src, size_t in_done, size_t run) {
+        const size_t at = (out_done + in_done) * esize;  // in each other member's scratch
+        srcs[0] = src;
+        for (int k = 1; k < size_; ++k) srcs[k] = single_copy_scratch_.data() + (k - 1) * chunk_bytes + at;
+        reduce_many_scaled(dst + in_done * esize, srcs.data(), size_, run, dtype, op, scale);
+      });
+    });
   }
   step_barrier("allreduce");
   for (int m = 0; m < size_; ++m) {
     if (m == rank_ || share_end(m) <= share_begin(m)) continue;
-    read_or_fail(m, members[m].single_copy_output.load(std::memory_order_relaxed) + share_begin(m) * esize,
-                 output + share_begin(m) * esize, (share_end(m) - share_begin(m)) * esize);
+    const size_t from = share_begin(m), n = share_end(m) - from;
+    const Packed theirs(lists[2 * m + 1]);
+    out.runs(from, n, esize, [&](unsigned char* dst, size_t out_done, size_t out_run) {
+      theirs.runs(from + out_done, out_run, esize, [&](const unsigned char* src, size_t done, size_t run) {
+        add_iovecs(dst + done * esize, src, run * esize);
+      });
+    });
+    read_or_fail(m);
   }
   step_barrier("allreduce");
   ++single_copy_allreduces_;
@@ -882,9 +929,15 @@ void ShmCommunicator::allreduce_small(const void* in, void* out, size_t count, D
   reduce_many_scaled(out, src_list, size_, count, dtype, op, scale);
 }
 
+// An allreduce the single copy may take goes in one piece, so that the
+// single copy can read it where its tensors lie.
+size_t ShmCommunicator::fused_piece_bytes(size_t bytes) const {
+  if (size_ == 1) return 0;
+  return single_copy_may_take(bytes) ? bytes : kFusedPieceBytes;
+}
+
 // A chunk is at least a page and at most a slot; every member holds the same
 // value (see Communicator::set_pipeline_chunk_bytes).
-size_t ShmCommunicator::fused_piece_bytes() const { return size_ > 1 ? kFusedPieceBytes : 0; }
 
 void ShmCommunicator::set_pipeline_chunk_bytes(size_t bytes) {
   chunk_bytes_ = bytes == 0 ? slot_bytes_ : std::clamp<size_t>(align_up(bytes, 4096), 4096, slot_bytes_);
@@ -894,18 +947,17 @@ void ShmCommunicator::set_pipeline_chunk_bytes(size_t bytes) {
 // packing and unpacking copies were a third of the engine's time in the
 // training benchmark's grouped allreduce.
 bool ShmCommunicator::allreduces_parts(size_t bytes) const {
-  // The sizes allreduce_scaled gives the slots, which read and write the
-  // array a run at a time; the small path and the single copy need it in one
-  // buffer.
-  return size_ > 1 && !(bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_) &&
-         !(bytes >= kSingleCopyAllreduceMinBytes && bytes < kSingleCopyAllreduceMaxBytes);
+  // The sizes allreduce_scaled gives the slots or the single copy, which
+  // read and write the array a run at a time; the small path needs it in
+  // one buffer.
+  return size_ > 1 && !(bytes <= kSmallAllreduceBytes && bytes <= slot_bytes_);
 }
 
 void ShmCommunicator::allreduce_parts(const std::vector<ArrayPart>& in, const std::vector<ArrayPart>& out,
                                       size_t count, DataType dtype, ReduceOp op, double scale) {
   check_abort("allreduce");
   if (!allreduces_parts(count * dtype_size(dtype))) Communicator::allreduce_parts(in, out, count, dtype, op, scale);
-  allreduce_pipelined(Packed(in), Packed(out), count, dtype, op, scale);
+  allreduce_large(Packed(in), Packed(out), count, dtype, op, scale);
 }
 
 void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, size_t count, DataType dtype,
@@ -1094,15 +1146,53 @@ int ShmCommunicator::write_member_memory(int member, uint64_t remote, const unsi
   return move_member_memory(member, remote, const_cast<unsigned char*>(src), bytes, true);
 }
 
-int ShmCommunicator::move_member_memory(int member, uint64_t remote, unsigned char* local, size_t bytes,
-                                        bool write) const {
+int ShmCommunicator::member_pid(int member, pid_t* pid) const {
   if (deny_single_copy_) return EPERM;
   ShmMemberState* members = member_states(header_);
   // Every member has attached by the time anyone reads, so every pid is
   // recorded. A pid means something to us only inside our own PID namespace.
   const uint64_t namespace_id = members[rank_].pid_namespace.load();
   if (namespace_id == 0 || members[member].pid_namespace.load() != namespace_id) return ESRCH;
-  const pid_t pid = members[member].pid.load();
+  *pid = members[member].pid.load();
+  return 0;
+}
+
+void ShmCommunicator::add_iovecs(unsigned char* local, const unsigned char* remote, size_t bytes) {
+  local_iovecs_.push_back({local, bytes});
+  remote_iovecs_.push_back({const_cast<unsigned char*>(remote), bytes});
+}
+
+int ShmCommunicator::read_member_iovecs(int member) {
+  pid_t pid = 0;
+  int error = member_pid(member, &pid);
+  // Each pair of iovecs is as long on both sides, so a short read ends
+  // inside one pair, where the next read takes up.
+  for (size_t i = 0; error == 0 && i < local_iovecs_.size();) {
+    const size_t n = std::min<size_t>(local_iovecs_.size() - i, IOV_MAX);
+    const ssize_t got = process_vm_readv(pid, &local_iovecs_[i], n, &remote_iovecs_[i], n, 0);
+    if (got <= 0) {
+      error = got < 0 ? errno : EIO;
+      break;
+    }
+    for (size_t left = static_cast<size_t>(got); left > 0;) {
+      const size_t step = std::min(left, local_iovecs_[i].iov_len);
+      for (iovec* v : {&local_iovecs_[i], &remote_iovecs_[i]}) {
+        v->iov_base = static_cast<unsigned char*>(v->iov_base) + step;
+        v->iov_len -= step;
+      }
+      left -= step;
+      if (local_iovecs_[i].iov_len == 0) ++i;
+    }
+  }
+  local_iovecs_.clear();
+  remote_iovecs_.clear();
+  return error;
+}
+
+int ShmCommunicator::move_member_memory(int member, uint64_t remote, unsigned char* local, size_t bytes,
+                                        bool write) const {
+  pid_t pid = 0;
+  if (int error = member_pid(member, &pid); error != 0) return error;
   while (bytes > 0) {
     iovec local_iov{local, bytes};
     iovec remote_iov{reinterpret_cast<void*>(remote), bytes};

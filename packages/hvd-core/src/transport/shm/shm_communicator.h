@@ -3,6 +3,9 @@
 // futexes inside the arena.
 #pragma once
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -49,7 +52,7 @@ class ShmCommunicator : public Communicator {
   std::string transport_name() const override { return "shm"; }
   size_t pipeline_chunk_default() const override { return size_ > 1 ? slot_bytes_ : 0; }
   void set_pipeline_chunk_bytes(size_t bytes) override;
-  size_t fused_piece_bytes() const override;
+  size_t fused_piece_bytes(size_t bytes) const override;
 
   // The same-host fast lane for small synchronous allreduces (docs/core.md,
   // "The fast lane"): every member publishes its (prescaled) input with the
@@ -135,18 +138,28 @@ class ShmCommunicator : public Communicator {
   // process while each of them reads the rest out of the root's; false when
   // a copy was refused somewhere (every member then uses the slots).
   bool broadcast_single_copy(unsigned char* data, size_t bytes, int root);
+  // An allreduce above the small path's sizes: through the single copy or
+  // the slots (allreduce_route), timed where member 0 chooses by time.
+  void allreduce_large(const Packed& in, const Packed& out, size_t count, DataType dtype, ReduceOp op,
+                       double scale);
   // allreduce as a reduce-scatter and an allgather that read the other
   // members' input and output out of their processes; false, with nothing
   // written, when some member may not read the others' memory, after which
   // the communicator keeps to the slots.
-  bool allreduce_single_copy(const unsigned char* input, unsigned char* output, size_t count, DataType dtype,
-                             ReduceOp op, double scale);
+  bool allreduce_single_copy(const Packed& in, const Packed& out, size_t count, DataType dtype, ReduceOp op,
+                             double scale);
   // Copies `bytes` from address `remote` of `member`'s process into `dst`
   // (read_member_memory), or from `src` to there (write_member_memory); 0,
   // or the errno that says why not.
   int read_member_memory(int member, uint64_t remote, unsigned char* dst, size_t bytes) const;
   int write_member_memory(int member, uint64_t remote, const unsigned char* src, size_t bytes) const;
   int move_member_memory(int member, uint64_t remote, unsigned char* local, size_t bytes, bool write) const;
+  int member_pid(int member, pid_t* pid) const;  // 0, or the errno that says why we may not read it
+  // Queues a copy of `bytes` from address `remote` of some member's process
+  // to `local`; read_member_iovecs makes the queued copies from `member`
+  // and empties the queue: 0, or the errno that says why not.
+  void add_iovecs(unsigned char* local, const unsigned char* remote, size_t bytes);
+  int read_member_iovecs(int member);
   // Every member says whether its reads failed (`error`, 0 for none), then
   // a step barrier; true when none did. Otherwise every member turns
   // single-copy collectives off for good, all at the same call.
@@ -156,6 +169,7 @@ class ShmCommunicator : public Communicator {
   // as member 0 timed the two ways per size class, unless
   // HVD_SHM_SINGLE_COPY fixes it.
   int allreduce_route(size_t bytes);
+  bool single_copy_may_take(size_t bytes) const;  // whether allreduce_route may say 1
   static size_t allreduce_size_class(size_t bytes);  // [2 MiB, 4 MiB): 0, each next one twice as large
   // Whether this allreduce of `bytes` through the slots writes what the
   // others read with streaming (non-temporal) stores; see kStreamSizeClasses.
@@ -278,6 +292,9 @@ class ShmCommunicator : public Communicator {
   std::array<TimedChoice, kStreamSizeClasses> stream_times_{};
   std::vector<unsigned char> single_copy_scratch_;  // allreduce_single_copy: the others' chunks
   std::vector<const void*> single_copy_sources_;    // allreduce_single_copy: one entry per member
+  // allreduce_single_copy: member m's lists of input (2m) and output (2m+1) parts
+  std::vector<std::vector<ArrayPart>> single_copy_lists_;
+  std::vector<iovec> local_iovecs_, remote_iovecs_;  // add_iovecs
   std::chrono::steady_clock::duration spin_budget_ = std::chrono::microseconds(200);
   std::atomic<bool> local_abort_{false};
 };

@@ -257,13 +257,13 @@ def grouped_allreduce_and_fusion_of_many_small_tensors():
     return out
 
 
-def grouped_allreduce_across_pieces_every_dtype_and_op():
-    """Grouped allreduces larger than the shm transport's fused piece (512
-    KiB: packed, reduced and unpacked piece by piece), every dtype and op,
-    in place and out of place in turn: tensors of odd sizes that pieces cut
-    through, empty ones among them, and one larger than two pieces; then
-    scale factors, and a rank that joined (it takes part with zeros).
-    Returns the failures."""
+def _grouped_allreduces_every_dtype_and_op(extra_pieces, scaled_counts, tag):
+    """Grouped allreduces of every dtype and op, in place and out of place in
+    turn: tensors of odd sizes that the shm transport's 512 KiB pieces cut
+    through, empty ones among them, one larger than two pieces, and
+    `extra_pieces` pieces more; then scale factors (`scaled_counts` float32
+    tensors), and a rank that joined (it takes part with zeros). Returns the
+    failures."""
     hvd.init()
     size, rank = hvd.size(), hvd.rank()
     failures = []
@@ -271,6 +271,7 @@ def grouped_allreduce_across_pieces_every_dtype_and_op():
     for name in DTYPES:
         piece = (512 << 10) // dt(name).itemsize
         counts = [piece // 3 + 1, 0, piece + 5, 17, 0, 2 * piece + 3, piece // 2 - 1]
+        counts += [int(extra_pieces * piece)] if extra_pieces else []
         inputs = [[make(r, (c,), name) for c in counts] for r in range(size)]
         for k, (opname, op) in enumerate(ops.items()):
             if name == "bool" and opname == "Average":
@@ -279,27 +280,37 @@ def grouped_allreduce_across_pieces_every_dtype_and_op():
             case = "%s.%s" % (name, opname)
             if k % 2:
                 outs = [x.copy() for x in inputs[rank]]
-                hvd.grouped_allreduce_(outs, op=op, name="pieces." + case)
+                hvd.grouped_allreduce_(outs, op=op, name="%s.%s" % (tag, case))
             else:
-                outs = hvd.grouped_allreduce(inputs[rank], op=op, name="pieces." + case)
+                outs = hvd.grouped_allreduce(inputs[rank], op=op, name="%s.%s" % (tag, case))
             for i, (out, ref) in enumerate(zip(outs, refs)):
                 if out.dtype != dt(name) or not close(out, ref, name):
                     failures.append("%s[%d]" % (case, i))
-    counts = [300001, 7, 200003]
-    xs = [make(rank, (c,), "float32") for c in counts]
-    totals = [np.sum([make(r, (c,), "float32").astype(np.float64) for r in range(size)], 0) for c in counts]
-    scaled = hvd.grouped_allreduce(xs, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="pieces.scaled")
+    xs = [make(rank, (c,), "float32") for c in scaled_counts]
+    totals = [np.sum([make(r, (c,), "float32").astype(np.float64) for r in range(size)], 0) for c in scaled_counts]
+    scaled = hvd.grouped_allreduce(xs, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name=tag + ".scaled")
     failures += ["scaled[%d]" % i for i, (a, b) in enumerate(zip(scaled, totals)) if not close(a, b * 1.5, "float32")]
     # The last rank joins; the others' sum is all there is.
     if rank == size - 1:
         hvd.join()
     else:
-        kept = hvd.grouped_allreduce(xs, op=hvd.Sum, name="pieces.joined")
+        kept = hvd.grouped_allreduce(xs, op=hvd.Sum, name=tag + ".joined")
         partial = [np.sum([make(r, (c,), "float32").astype(np.float64) for r in range(size - 1)], 0)
-                   for c in counts]
+                   for c in scaled_counts]
         failures += ["joined[%d]" % i for i, (a, b) in enumerate(zip(kept, partial)) if not close(a, b, "float32")]
         hvd.join()
     return failures
+
+
+def grouped_allreduce_across_pieces_every_dtype_and_op():
+    """Grouped allreduces just under 2 MiB: reduced in 512 KiB pieces."""
+    return _grouped_allreduces_every_dtype_and_op(0, [300001, 7, 200003], "pieces")
+
+
+def grouped_allreduce_in_the_single_copy_window_every_dtype_and_op():
+    """Grouped allreduces of 2-3 MiB: in one piece, which the single copy
+    reads where the tensors lie (or the slots take whole)."""
+    return _grouped_allreduces_every_dtype_and_op(1.5, [400001, 7, 200003], "whole")
 
 
 def grouped_allreduce_of_three_pieces():
