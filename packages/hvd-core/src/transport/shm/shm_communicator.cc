@@ -1158,6 +1158,7 @@ int ShmCommunicator::member_pid(int member, pid_t* pid) const {
 }
 
 void ShmCommunicator::add_iovecs(unsigned char* local, const unsigned char* remote, size_t bytes) {
+  if (bytes == 0) return;  // a batch of only empty pairs would read 0 bytes, which means failure
   local_iovecs_.push_back({local, bytes});
   remote_iovecs_.push_back({const_cast<unsigned char*>(remote), bytes});
 }
