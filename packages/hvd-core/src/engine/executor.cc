@@ -251,7 +251,9 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
   for (size_t i = 0; i < n && in_tensors; ++i) {
     in_tensors = outputs_[i] != nullptr && locals[i].handle->tensors[locals[i].index].input != nullptr;
   }
-  auto* fusion = static_cast<unsigned char*>(plane.fusion_buffer((shared ? total : std::min(piece, total)) * esize));
+  // Asked for at the first piece that is packed: where every piece is reduced
+  // in the tensors (a whole response in one piece among them) none is.
+  unsigned char* fusion = nullptr;
   // The packed layout, walked piece by piece: the next piece starts at
   // element `offset` of tensor `next`.
   size_t next = 0, offset = 0;
@@ -272,6 +274,9 @@ void Executor::allreduce_in_pieces(const Response& r, const std::vector<LocalTen
     if (in_tensors && comm.allreduces_parts(len * esize)) {
       reduce_piece_in_tensors(locals, comm, r, parts, len, post, first, last);
       continue;
+    }
+    if (fusion == nullptr) {
+      fusion = static_cast<unsigned char*>(plane.fusion_buffer((shared ? total : std::min(piece, total)) * esize));
     }
     unsigned char* buffer = shared ? fusion + start * esize : fusion;
     activity_start(r, "MEMCPY_IN_FUSION_BUFFER", first, last);

@@ -16,7 +16,6 @@ from horovod.common.exceptions import HorovodCollectiveMismatchError
 torch.set_num_threads(1)
 
 
-
 def _grouped_in_place_shape(rank):
     # The first call leaves the group's argument block on every rank; in the
     # second, rank 0 reuses it and the others make a new one for their shape.

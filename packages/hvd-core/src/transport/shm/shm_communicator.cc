@@ -834,14 +834,16 @@ bool ShmCommunicator::allreduce_single_copy(const Packed& in, const Packed& out,
   int error = 0, failed = -1;
   for (int m = 0; m < size_ && error == 0; ++m) {
     if (m == rank_) continue;
-    for (int output = 0; output < 2 && error == 0; ++output) {
-      const ShmMemberState& member = members[m];
+    const ShmMemberState& member = members[m];
+    for (int output = 0; output < 2; ++output) {  // both lists in one read
       std::vector<ArrayPart>& list = lists[2 * m + output];
       list.resize((output ? member.single_copy_output_parts : member.single_copy_input_parts).load());
-      error = read_member_memory(m, (output ? member.single_copy_output : member.single_copy_input).load(),
-                                 reinterpret_cast<unsigned char*>(list.data()), list.size() * sizeof(ArrayPart));
-      failed = m;
+      const uint64_t at = (output ? member.single_copy_output : member.single_copy_input).load();
+      add_iovecs(reinterpret_cast<unsigned char*>(list.data()), reinterpret_cast<const unsigned char*>(at),
+                 list.size() * sizeof(ArrayPart));
     }
+    error = read_member_iovecs(m);
+    failed = m;
   }
   // After the test a read can only fail when a member died or left (or on a
   // bug): we may already have written our output, so there is no falling

@@ -139,7 +139,8 @@ class ShmCommunicator : public Communicator {
   // a copy was refused somewhere (every member then uses the slots).
   bool broadcast_single_copy(unsigned char* data, size_t bytes, int root);
   // An allreduce above the small path's sizes: through the single copy or
-  // the slots (allreduce_route), timed where member 0 chooses by time.
+  // the slots (allreduce_route); member 0 records how long it took where it
+  // chooses the route by time.
   void allreduce_large(const Packed& in, const Packed& out, size_t count, DataType dtype, ReduceOp op,
                        double scale);
   // allreduce as a reduce-scatter and an allgather that read the other
