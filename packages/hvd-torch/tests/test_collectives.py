@@ -61,7 +61,7 @@ def test_grouped_allreduce_and_in_place_async_variants(size):
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_in_place_groups_reuse_their_argument_block_only_for_matching_tensors(size):
+def test_in_place_groups_and_single_tensors_reuse_their_argument_block_only_for_matching_tensors(size):
     _assert_checks(size, "grouped_in_place_reuse")
 
 

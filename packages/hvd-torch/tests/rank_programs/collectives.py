@@ -212,6 +212,23 @@ def every_collective_check():
         want = [reference([make(r, shape, dtype) for r in range(size)], "Sum", dtype) for shape, dtype in layouts[0]]
         outs = hvd.synchronize(first)
         expect("grouped_in_place_reuse", all(same(o, w, w.dtype) for o, w in zip(outs, want)), "after the refusal")
+        # allreduce_async_ of one tensor keeps its block the same way: under
+        # one name, or none, with shapes and dtypes in turn; not contiguous
+        singles = []
+        for seed, (shape, dtype) in enumerate([((5,), torch.float32), ((2, 3), torch.float32),
+                                               ((2, 3), torch.float64), ((5,), torch.float32)] * 2):
+            for name in ("single", None):
+                t = make(rank + seed, shape, dtype)
+                out = hvd.synchronize(hvd.allreduce_async_(t, op=hvd.Sum, name=name))
+                expect("grouped_in_place_reuse", out is t, "single %d %s" % (seed, name))
+                singles.append((t, reference([make(r + seed, shape, dtype) for r in range(size)], "Sum", dtype)))
+        expect("grouped_in_place_reuse", all(same(t, w, w.dtype) for t, w in singles),
+               [(t.tolist(), w.tolist()) for t, w in singles if not same(t, w, w.dtype)])
+        try:
+            hvd.allreduce_async_(make(rank, (3, 2), torch.float32).t(), op=hvd.Sum, name="single")
+            expect("grouped_in_place_reuse", False, "a non-contiguous single tensor was accepted")
+        except ValueError as e:
+            expect("grouped_in_place_reuse", "contiguous" in str(e), str(e))
 
     guarded("grouped_in_place_reuse", in_place_group_reuse)
 

@@ -160,11 +160,11 @@ def _check_one_device(tensors):
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, collective,
                      single, caller_waits=False):
     """Enqueues an allreduce of `tensors` into `outputs` (which may be the tensors
-    themselves; `outputs is tensors` for a whole group in place);
+    themselves; `outputs is tensors` for a group or single tensor in place);
     synchronize() returns outputs[0] when `single`, else the list."""
-    if outputs is tensors and not single:
+    if outputs is tensors:
         handle = _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, process_set, collective,
-                                       caller_waits)
+                                       single, caller_waits)
         if handle is not None:
             return handle
     _check_one_device(tensors)
@@ -226,18 +226,20 @@ _in_place_groups = threading.local()
 _MAX_IN_PLACE_GROUPS = 1024
 
 
-def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, process_set, collective,
+def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, process_set, collective, single,
                           caller_waits):
-    """_allreduce_async of a group in place, for plain CPU tensors (the
-    optimizer's gradient buckets, grouped_allreduce_async_): the group's
-    argument block is made on its first call, and later calls with tensors of
-    the same shapes and dtypes only write their addresses into it. None,
-    having done nothing, for any other tensors."""
+    """_allreduce_async in place, for plain CPU tensors (the optimizer's
+    gradient buckets or single gradients, grouped_allreduce_async_,
+    allreduce_async_): the argument block is made on the first call, and later
+    calls with tensors of the same shapes and dtypes only write their
+    addresses into it. None, having done nothing, for any other tensors."""
     cache = getattr(_in_place_groups, "cache", None)
     if cache is None:
         cache = _in_place_groups.cache = {}
     ps_id = _process_set_id(process_set)
     key = (collective, name, len(tensors), op, prescale_factor, postscale_factor, ps_id, caller_waits)
+    if single:  # one name, or none, may come with tensors of several shapes in turn
+        key += (tensors[0].shape, tensors[0].dtype)
     group = cache.get(key)
     addresses = None if group is None else group.addresses(tensors)
     if addresses is None:
@@ -249,7 +251,8 @@ def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, 
                                            caller_waits)
         addresses = group.addresses(tensors)
     group.packed.set_addresses(addresses)
-    return _handles.submit_packed(lambda _: list(tensors), [tensors], group.packed)
+    return _handles.submit_packed((lambda _: tensors[0]) if single else (lambda _: list(tensors)), [tensors],
+                                  group.packed)
 
 
 _ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other users of thread_sync().blocks

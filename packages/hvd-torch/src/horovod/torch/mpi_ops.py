@@ -220,7 +220,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         `tensor`, now reduced.
     """
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async([tensor], [tensor], name, op, prescale_factor, postscale_factor, process_set,
+    tensors = [tensor]  # the same list as outputs: in place
+    return _allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set,
                             "allreduce", True)
 
 
