@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define HVD_API_MAJOR 1
-#define HVD_API_MINOR 9
+#define HVD_API_MINOR 10
 
 #if defined(_WIN32)
 #define HVD_EXPORT __declspec(dllexport)
@@ -243,9 +243,14 @@ typedef struct hvd_process_set_info {
   uint64_t fast_lane_calls; /* out: this rank's collectives of the set that ran
                                in the same-host fast lane, without negotiation
                                (allreduces, broadcasts, allgathers) */
+  /* 1.10 */
+  uint64_t request_batches; /* out: how often this rank's engine took the
+                               collectives submitted to the set into
+                               negotiation, all that were queued at once
+                               (one request to the set's coordinator) */
 } hvd_process_set_info;
 #define HVD_PROCESS_SET_INFO_STRUCT_SIZE \
-  HVD_STRUCT_SIZE(hvd_process_set_info, fast_lane_calls)
+  HVD_STRUCT_SIZE(hvd_process_set_info, request_batches)
 #define HVD_PROCESS_SET_INFO_INIT HVD_STRUCT_INIT(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE)
 
 HVD_EXPORT hvd_error* hvd_get_process_set_info(hvd_process_set_info* info /* in/out */);

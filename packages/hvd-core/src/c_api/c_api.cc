@@ -489,6 +489,7 @@ hvd_error* hvd_get_process_set_info(hvd_process_set_info* info) {
   HVD_SET(info, rank, set->member());
   HVD_SET(info, size, set->size());
   HVD_SET(info, fast_lane_calls, set->fast_lane_calls());
+  HVD_SET(info, request_batches, set->request_batches());
   if (info->ranks != nullptr) {
     for (size_t i = 0; i < set->ranks().size() && i < info->ranks_capacity; ++i) info->ranks[i] = set->ranks()[i];
   }

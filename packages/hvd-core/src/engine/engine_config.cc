@@ -108,6 +108,7 @@ EngineConfig EngineConfig::from_environment() {
   EngineConfig c;  // the defaults
   c.fusion_threshold_bytes = env_int("HOROVOD_FUSION_THRESHOLD", c.fusion_threshold_bytes);
   c.cycle_time_seconds = env_double("HOROVOD_CYCLE_TIME", c.cycle_time_seconds * 1000.0) / 1000.0;
+  c.hold_gap_seconds = std::max(0.0, env_double("HVD_HOLD_GAP_US", c.hold_gap_seconds * 1e6) / 1e6);
   c.cache_capacity = static_cast<size_t>(
       std::max<int64_t>(0, env_int("HOROVOD_CACHE_CAPACITY", static_cast<int64_t>(c.cache_capacity))));
   c.stall_check_enabled = !env_bool("HOROVOD_STALL_CHECK_DISABLE", !c.stall_check_enabled);

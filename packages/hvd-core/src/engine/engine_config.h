@@ -43,6 +43,9 @@ struct AutotuneConfig {
 struct EngineConfig {
   int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // HOROVOD_FUSION_THRESHOLD
   double cycle_time_seconds = 0.001;    // HOROVOD_CYCLE_TIME (given in milliseconds)
+  // How long a held burst of single-tensor allreduces waits for its next
+  // one (docs/fusion.md); HVD_HOLD_GAP_US, internal (tests, measurements).
+  double hold_gap_seconds = 100e-6;
   size_t cache_capacity = 1024;         // HOROVOD_CACHE_CAPACITY; negative: 0
   bool stall_check_enabled = true;      // HOROVOD_STALL_CHECK_DISABLE turns it off
   double stall_check_seconds = 60;      // HOROVOD_STALL_CHECK_TIME_SECONDS

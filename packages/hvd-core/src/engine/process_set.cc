@@ -115,6 +115,11 @@ void ProcessSetRuntime::start(const Interrupt& interrupt) {
   options.interrupt = interrupt;
   comm_ = create_communicator(options, *context_.store, context_.connections);
   if (cfg.shm_lane) lane_comm_ = dynamic_cast<ShmCommunicator*>(comm_.get());
+  auto duration = [](double seconds) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  };
+  hold_window_ = duration(cfg.cycle_time_seconds);
+  hold_gap_ = duration(cfg.hold_gap_seconds);
   staged_comm_ = dynamic_cast<HierarchicalCommunicator*>(comm_.get());
   Timeline* timeline = context_.global_rank == 0 ? context_.timeline : nullptr;
   executor_ = std::make_unique<Executor>(*comm_, timeline);
@@ -242,13 +247,29 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
       return;
     }
   }
+  // A hold starts with such an allreduce in an empty queue, and each one
+  // that follows moves its end.
+  const bool holdable = hold_window_ > Clock::duration::zero() && hold_gap_ > Clock::duration::zero() &&
+                        !handle->caller_waits && tensors.size() == 1 &&
+                        tensors[0].meta.collective == Collective::kAllreduce;
+  const bool extends_hold = holdable && queue_held_.load();
+  if (holdable && (queue_.empty() || extends_hold)) {
+    const auto now = Clock::now();
+    if (!extends_hold) hold_started_ = now;
+    hold_until_.store(std::min(hold_started_ + hold_window_, now + hold_gap_).time_since_epoch().count());
+    queue_held_.store(true);
+  } else if (queue_held_.load(std::memory_order_relaxed)) {
+    queue_held_.store(false);
+  }
   queue_.push_back(handle);
   queue_nonempty_.store(true);
   lock.unlock();
   // A caller that will wait runs the engine itself (when callers drive at
-  // all); anything else needs the background thread.
+  // all); anything else needs the background thread, which a hold in
+  // progress has already told when to look (it looks again when the end it
+  // knew comes, before the moved one).
   bool caller_drives = handle->caller_waits && callers_may_drive();
-  if (!caller_drives && sleeping_.load()) {
+  if (!caller_drives && !extends_hold && sleeping_.load()) {
     uint64_t one = 1;
     ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
     (void)ignored;
@@ -601,7 +622,9 @@ void ProcessSetRuntime::loop() {
     {
       std::lock_guard<std::mutex> lock(drive_mu_);
       if (finished_) return;
+      background_step_ = true;
       guarded_step();
+      background_step_ = false;
       if (finished_) return;
       // While the GPU works on queued collectives, look often: their
       // handles complete when this thread (or a waiting caller) sees it.
@@ -627,9 +650,11 @@ void ProcessSetRuntime::loop() {
 // background thread never needs to spin.
 void ProcessSetRuntime::wait_for_events(std::vector<pollfd> fds, Clock::time_point deadline) {
   auto ready_now = [&] {
-    return queue_nonempty_.load() || stop_requested_.load() || abort_requested_.load();
+    return (queue_nonempty_.load() && !queue_held_.load()) || stop_requested_.load() || abort_requested_.load();
   };
   sleeping_.store(true);
+  // After sleeping_ is set: an enqueue either sees it and rings, or its hold is seen here.
+  if (queue_held_.load()) deadline = std::min(deadline, Clock::time_point(Clock::duration(hold_until_.load())));
   if (ready_now()) {
     sleeping_.store(false);
     return;
@@ -645,6 +670,10 @@ void ProcessSetRuntime::wait_for_events(std::vector<pollfd> fds, Clock::time_poi
   (void)ignored;
 }
 
+bool ProcessSetRuntime::queue_still_held() const {
+  return queue_held_.load() && Clock::now().time_since_epoch().count() < hold_until_.load();
+}
+
 void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
   // Most steps of a waiting caller find nothing new: skip the lock. A handle
   // enqueued just after this load is taken by the next step.
@@ -652,9 +681,12 @@ void ProcessSetRuntime::drain_queue(std::vector<RequestMeta>* metas) {
   std::vector<hvd_handle*> taken;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
+    if (background_step_ && queue_still_held()) return;
     taken.swap(queue_);
     queue_nonempty_.store(false);
+    queue_held_.store(false);
   }
+  if (!taken.empty()) request_batches_.fetch_add(1, std::memory_order_relaxed);
   const size_t inline_limit = inline_limit_;
   for (hvd_handle* h : taken) {
     for (size_t i = 0; i < h->tensors.size(); ++i) {
@@ -999,6 +1031,7 @@ void ProcessSetRuntime::fail_everything(const Error& error) {
     closed_error_ = std::make_shared<const Error>(error);
     queued.swap(queue_);
     queue_nonempty_.store(false);
+    queue_held_.store(false);
     names_in_flight_.clear();
   }
   std::vector<hvd_handle*> handles = queued;

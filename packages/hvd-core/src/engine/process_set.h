@@ -61,6 +61,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   int member() const { return member_; }  // -1: this rank is not in the set
   int size() const { return static_cast<int>(ranks_.size()); }
   uint64_t fast_lane_calls() const { return fast_lane_calls_.load(std::memory_order_relaxed); }
+  uint64_t request_batches() const { return request_batches_.load(std::memory_order_relaxed); }
   // HOROVOD_AUTOTUNE and an optimizer's gradient buckets (any thread):
   // declares them to the tuner (`configured_bytes` a bucket, `total_bytes`
   // of gradients a step). Returns 0 when the job does not autotune;
@@ -112,6 +113,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // member has left, so none still receives bytes this rank's NCCL sends.
   void await_members_leaving(std::chrono::steady_clock::duration limit);
   void drain_queue(std::vector<RequestMeta>* metas);
+  bool queue_still_held() const;  // a hold is on and has not run out
   void execute(const std::vector<Response>& responses);
   // The plane of CUDA tensors, made (collectively) by the first response
   // that has some.
@@ -168,6 +170,18 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::shared_ptr<const Error> closed_error_;  // why enqueue fails (closed_)
   std::shared_ptr<const Error> departure_;     // coordinator: members left, so the set is unusable (see failure())
   std::atomic<bool> queue_nonempty_{false};
+  // A burst of single-tensor allreduces that no caller waits for (a loop of
+  // allreduce_async_, torch's hook per gradient) is held back from the
+  // background thread while more keep coming, so that it fuses: until
+  // hold_gap_ after the latest (a Python loop submits one every 5-30 us on
+  // the 2-CPU VM, hooks during backward about as often for small layers), at
+  // most hold_window_ (HOROVOD_CYCLE_TIME) after the first. A caller that waits takes the queue at once; anything
+  // else submitted ends the hold.
+  std::atomic<bool> queue_held_{false};
+  std::atomic<uint64_t> request_batches_{0};  // queues taken into negotiation (hvd_process_set_info)
+  std::atomic<Clock::rep> hold_until_{0};  // when the hold ends, in Clock ticks
+  Clock::time_point hold_started_;         // guarded by queue_mu_
+  Clock::duration hold_window_{}, hold_gap_{};  // set at start
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> abort_requested_{false};
@@ -227,6 +241,7 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   Clock::time_point next_blocked_check_;
   Clock::time_point next_stall_check_;
   Clock::time_point wake_at_;
+  bool background_step_ = false;  // the background thread runs this step: it leaves a held queue alone
   std::atomic<bool> finished_{false};
   std::thread thread_;
 };

@@ -227,6 +227,12 @@ int main(void) {
   expect(err == NULL && info.size == 1 && info.rank == 0 && ranks[0] == 0 && ranks[1] == -1,
          "hvd_get_process_set_info with the header's struct size");
   expect(err == NULL && info.fast_lane_calls == 0, "a single process runs nothing in the fast lane");
+  expect(err == NULL && info.request_batches == 0, "a single process that submitted nothing sent no requests");
+  info.struct_size = offsetof(hvd_process_set_info, request_batches);  /* a 1.9 caller */
+  info.request_batches = 0xCDCDCDCDCDCDCDCDull;
+  err = hvd_get_process_set_info(&info);
+  expect(err == NULL && info.size == 1 && info.request_batches == 0xCDCDCDCDCDCDCDCDull,
+         "a 1.9 hvd_process_set_info is accepted and nothing past it is written");
   info.struct_size = offsetof(hvd_process_set_info, fast_lane_calls);  /* a 1.7 caller */
   info.fast_lane_calls = 0xCDCDCDCDCDCDCDCDull;
   err = hvd_get_process_set_info(&info);

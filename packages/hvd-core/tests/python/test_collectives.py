@@ -152,6 +152,38 @@ def test_fused_reducescatters_of_uneven_tensors_are_exact(np_, knobs):
         assert failures == []
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_burst_of_async_allreduces_that_no_one_waits_for_is_negotiated_as_one_batch(np_):
+    # Ten allreduce_async_ 2 ms apart, each rank asleep in between: held while
+    # the next comes within HVD_HOLD_GAP_US (50 ms here, to be sure under
+    # load) and HOROVOD_CYCLE_TIME (5 s), they reach negotiation together when
+    # the synchronize after the burst takes the queue.
+    env = {"HVD_HOLD_GAP_US": "50000", "HOROVOD_CYCLE_TIME": "5000"}
+    for res in ranks.run_program_ok(np_, "collectives:a_burst_of_single_async_allreduces", env=env):
+        assert res["failures"] == []
+        assert sum(res["batches"]) <= len(res["batches"]) + 2, res["batches"]
+
+
+def test_without_a_hold_the_background_thread_takes_each_async_allreduce_as_it_comes():
+    # The control: HOROVOD_CYCLE_TIME=0 holds nothing, so the idle background
+    # thread sends each submission of the burst on its own.
+    env = {"HVD_HOLD_GAP_US": "50000", "HOROVOD_CYCLE_TIME": "0"}
+    for res in ranks.run_program_ok(2, "collectives:a_burst_of_single_async_allreduces", env=env):
+        assert res["failures"] == []
+        assert sum(res["batches"]) >= 15, res["batches"]  # of 30 submissions
+
+
+def test_a_held_allreduce_goes_when_its_hold_ends_or_at_once_when_its_caller_waits():
+    # Holds of 2 s: polled (no one waits), the allreduce cannot complete
+    # before its ranks' holds end; synchronized at once, the caller takes the
+    # queue itself and does not wait for the hold.
+    env = {"HVD_HOLD_GAP_US": "2000000", "HOROVOD_CYCLE_TIME": "2000"}
+    for res in ranks.run_program_ok(2, "collectives:a_held_allreduce_ends_its_hold_or_is_taken_by_its_caller", env=env):
+        assert res["right"], res
+        assert res["polled"] >= 1.5, res
+        assert res["waited"] < 1.5, res
+
+
 def _activities(tmp_path, program, activity):
     """Runs `program` at 2 ranks with a timeline; the tensor of each of rank 0's `activity` events."""
     timeline = tmp_path / "timeline.json"

@@ -300,6 +300,7 @@ int main(void) {
   FIELD(hvd_process_set_info, process_set_id); FIELD(hvd_process_set_info, rank);
   FIELD(hvd_process_set_info, size); FIELD(hvd_process_set_info, ranks);
   FIELD(hvd_process_set_info, ranks_capacity); FIELD(hvd_process_set_info, fast_lane_calls);
+  FIELD(hvd_process_set_info, request_batches);
   SIZE(hvd_process_set_info, HVD_PROCESS_SET_INFO_STRUCT_SIZE);
   FIELD(hvd_result, tensor_index); FIELD(hvd_result, output); FIELD(hvd_result, received_splits);
   FIELD(hvd_result, num_received_splits); FIELD(hvd_result, last_joined_rank);

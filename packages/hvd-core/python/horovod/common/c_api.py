@@ -69,7 +69,8 @@ class Topology(Structure):
 
 class ProcessSetInfo(Structure):
     _fields_ = [("struct_size", c_size_t), ("process_set_id", c_int32), ("rank", c_int32), ("size", c_int32),
-                ("ranks", POINTER(c_int32)), ("ranks_capacity", c_size_t), ("fast_lane_calls", ctypes.c_uint64)]
+                ("ranks", POINTER(c_int32)), ("ranks_capacity", c_size_t), ("fast_lane_calls", ctypes.c_uint64),
+                ("request_batches", ctypes.c_uint64)]
 
 
 class GpuInfo(Structure):

@@ -682,3 +682,50 @@ def adasum_against_the_pairwise_tree():
     except ValueError as e:
         out["int_rejected"] = "int32" in str(e) and "Adasum" in str(e)
     return out
+
+
+def a_burst_of_single_async_allreduces(count=10, rounds=3, spacing=2e-3):
+    """`rounds` times: `count` single-tensor allreduce_async_ calls submitted
+    `spacing` seconds apart with no one waiting (as a training step's hooks
+    submit gradients; the rank sleeps in between, so its background thread is
+    free to run), then synchronized. Returns the checks that failed and how
+    many request batches each round took (hvd_process_set_info)."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    failures, batches = [], []
+    for r in range(rounds):
+        xs = [np.full(1000 + i, rank + i + r, np.float32) for i in range(count)]
+        before = hvd.global_process_set._info().request_batches
+        handles = []
+        for i, x in enumerate(xs):
+            handles.append(hvd.allreduce_async_(x, op=hvd.Sum, name="burst.%d" % i))
+            time.sleep(spacing)
+        for h in handles:
+            hvd.synchronize(h)
+        batches.append(hvd.global_process_set._info().request_batches - before)
+        for i, x in enumerate(xs):
+            want = sum(q + i + r for q in range(size))
+            if not np.all(x == want):
+                failures.append([r, i, float(x.min()), float(x.max()), want])
+    return {"failures": failures, "batches": batches}
+
+
+def a_held_allreduce_ends_its_hold_or_is_taken_by_its_caller():
+    """A lone allreduce_async_ that no one waits for, polled until done; then
+    one synchronized at once. Returns the seconds each took and whether the
+    results were right."""
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    x = np.full(8, rank, np.float32)
+    start = time.monotonic()
+    handle = hvd.allreduce_async_(x, op=hvd.Sum, name="polled")
+    while not hvd.poll(handle):
+        time.sleep(1e-3)
+    polled = time.monotonic() - start
+    hvd.synchronize(handle)
+    y = np.full(8, rank + 1, np.float32)
+    start = time.monotonic()
+    hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum, name="waited"))
+    waited = time.monotonic() - start
+    right = bool(np.all(x == sum(range(size))) and np.all(y == sum(range(1, size + 1))))
+    return {"polled": polled, "waited": waited, "right": right}
