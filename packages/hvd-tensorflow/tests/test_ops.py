@@ -175,6 +175,20 @@ def test_graph_collectives_submitted_in_different_orders_are_not_a_divergence():
         assert res == [[2.0, 2.0], [2.0, 2.0]], res
 
 
+def test_an_eager_allreduce_is_never_held_but_a_graphs_burst_is():
+    # Holds of 2 s (HVD_HOLD_GAP_US, HOROVOD_CYCLE_TIME): an eager op's
+    # thread waits for it, so no more can follow and it goes at once; a
+    # tf.function's allreduces are submitted by TF's executor without
+    # waiting, so the engine holds them back for the rest of their burst
+    # until the hold ends.
+    results = op_ranks.run_program_ok(2, "ops:eager_allreduce_under_a_long_hold",
+                                      env={"HVD_HOLD_GAP_US": "2000000", "HOROVOD_CYCLE_TIME": "2000"})
+    for res in results:
+        assert res["eager"] == [3.0] * 4 and res["graph"] == [[0.0] * 4, [3.0] * 4, [6.0] * 4], res
+        assert res["eager_seconds"] < 1.5, res
+        assert res["graph_seconds"] >= 1.5, res
+
+
 def test_tensorflow_and_torch_in_one_process_share_the_engine():
     pytest.importorskip("torch")
     reports = op_ranks.run_program_ok(2, "ops:tensorflow_and_torch_in_one_process")

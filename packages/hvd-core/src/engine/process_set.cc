@@ -248,10 +248,12 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
     }
   }
   // A hold starts with such an allreduce in an empty queue, and each one
-  // that follows moves its end.
+  // that follows moves its end. One whose submitter is blocked on it (a
+  // framework's eagerly run op: it is waited on from the start, though by no
+  // caller that drives) cannot be followed by more.
   const bool holdable = hold_window_ > Clock::duration::zero() && hold_gap_ > Clock::duration::zero() &&
-                        !handle->caller_waits && tensors.size() == 1 &&
-                        tensors[0].meta.collective == Collective::kAllreduce;
+                        !handle->caller_waits && handle->waiters.load(std::memory_order_relaxed) == 0 &&
+                        tensors.size() == 1 && tensors[0].meta.collective == Collective::kAllreduce;
   const bool extends_hold = holdable && queue_held_.load();
   if (holdable && (queue_.empty() || extends_hold)) {
     const auto now = Clock::now();

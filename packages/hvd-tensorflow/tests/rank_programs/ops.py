@@ -115,6 +115,26 @@ def bfloat16_sum():
     return [s.dtype.name, float(tf.cast(s[0], tf.float32)), float(tf.cast(tf.cast(0.21, tf.bfloat16), tf.float32))]
 
 
+def eager_allreduce_under_a_long_hold():
+    """An eager allreduce, then a tf.function of three, under holds of 2 s
+    (set by the test): returns the seconds each took and their results."""
+    ops.init()
+    x = tf.fill([4], float(ops.rank() + 1))
+    start = time.monotonic()
+    eager = ops._allreduce(x, op=ops.Sum, name="eager")
+    eager_seconds = time.monotonic() - start
+
+    @tf.function
+    def three(t):
+        return [ops._allreduce(t * float(i), op=ops.Sum, name="graph.%d" % i) for i in range(3)]
+
+    start = time.monotonic()
+    graph = three(x)
+    graph_seconds = time.monotonic() - start
+    return {"eager": eager.numpy().tolist(), "eager_seconds": eager_seconds,
+            "graph": [g.numpy().tolist() for g in graph], "graph_seconds": graph_seconds}
+
+
 def gradients():
     """The gradient of every collective (and allgather in tf.function); returns {collective: gradient}."""
     ops.init()
