@@ -247,10 +247,11 @@ void ProcessSetRuntime::enqueue(hvd_handle* handle) {
       return;
     }
   }
-  // A hold starts with such an allreduce in an empty queue, and each one
-  // that follows moves its end. One whose submitter is blocked on it (a
-  // framework's eagerly run op: it is waited on from the start, though by no
-  // caller that drives) cannot be followed by more.
+  // A single-tensor allreduce that no one waits for starts a hold in an
+  // empty queue (process_set.h), and each one that follows moves its end.
+  // One whose submitter is blocked on it (a framework's eagerly run op: it
+  // is waited on from the start, though by no caller that drives) cannot be
+  // followed by more, so it is not held.
   const bool holdable = hold_window_ > Clock::duration::zero() && hold_gap_ > Clock::duration::zero() &&
                         !handle->caller_waits && handle->waiters.load(std::memory_order_relaxed) == 0 &&
                         tensors.size() == 1 && tensors[0].meta.collective == Collective::kAllreduce;

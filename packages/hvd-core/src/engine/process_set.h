@@ -172,11 +172,11 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   std::atomic<bool> queue_nonempty_{false};
   // A burst of single-tensor allreduces that no caller waits for (a loop of
   // allreduce_async_, torch's hook per gradient) is held back from the
-  // background thread while more keep coming, so that it fuses: until
-  // hold_gap_ after the latest (a Python loop submits one every 5-30 us on
-  // the 2-CPU VM, hooks during backward about as often for small layers), at
-  // most hold_window_ (HOROVOD_CYCLE_TIME) after the first. A caller that waits takes the queue at once; anything
-  // else submitted ends the hold.
+  // background thread while more keep coming, so that it goes as one
+  // request: until hold_gap_ after the latest (a Python loop submits one
+  // every 5-30 us on the 2-CPU VM), at most hold_window_
+  // (HOROVOD_CYCLE_TIME) after the first. A caller that waits takes the
+  // queue at once; anything else submitted ends the hold.
   std::atomic<bool> queue_held_{false};
   std::atomic<uint64_t> request_batches_{0};  // queues taken into negotiation (hvd_process_set_info)
   std::atomic<Clock::rep> hold_until_{0};  // when the hold ends, in Clock ticks
