@@ -105,25 +105,25 @@ def main():
         F.cross_entropy(model(data), target).backward()
         opt.step()
 
-    def timed(model, opt):
+    def timed(fn, *fn_args):
         for _ in range(3):  # warm-up: response cache, buckets, allocator
-            step(model, opt)
+            fn(*fn_args)
         hvd.barrier()
         t0 = time.perf_counter()
         for _ in range(args.steps):
-            step(model, opt)
+            fn(*fn_args)
         hvd.barrier()
         return (time.perf_counter() - t0) / args.steps
 
     # Interleaved rounds so that machine noise hits both methods alike.
     hvd_times, tensor_times, grp_times, ddp_times, local_times = [], [], [], [], []
     for _ in range(args.rounds):
-        hvd_times.append(timed(hvd_model, hvd_opt))
-        tensor_times.append(timed(tensor_model, tensor_opt))
+        hvd_times.append(timed(step, hvd_model, hvd_opt))
+        tensor_times.append(timed(step, tensor_model, tensor_opt))
         if args.groups:
-            grp_times.append(timed(grp_model, grp_opt))
-        ddp_times.append(timed(ddp_model, ddp_opt))
-        local_times.append(timed(local_model, local_opt))
+            grp_times.append(timed(step, grp_model, grp_opt))
+        ddp_times.append(timed(step, ddp_model, ddp_opt))
+        local_times.append(timed(step, local_model, local_opt))
 
     # Same start, same data, same averaged gradients: the two must agree.
     diff = max((a - b).abs().max().item() for m in (hvd_model, tensor_model)
@@ -157,19 +157,10 @@ def main():
         for work in [dist.all_reduce(t, async_op=True) for t in grads]:
             work.wait()
 
-    def loop_time(fn):
-        hvd.barrier()
-        for _ in range(3):
-            fn()
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            fn()
-        return (time.perf_counter() - t0) / args.steps
-
     hvd_async_times, gloo_async_times = [], []
     for _ in range(args.rounds):
-        hvd_async_times.append(loop_time(hvd_async_loop))
-        gloo_async_times.append(loop_time(gloo_async_loop))
+        hvd_async_times.append(timed(hvd_async_loop))
+        gloo_async_times.append(timed(gloo_async_loop))
 
     small = torch.zeros(1, dtype=torch.float32)  # 4 bytes
     hvd.barrier()
