@@ -58,6 +58,30 @@ def test_killed_peer_fails_survivors_of_streamed_broadcasts_and_allgathers(np_, 
                                              kwargs={"collective": collective.split()[0]}), 1)
 
 
+_LONG_HOLD = {"HOROVOD_CYCLE_TIME": "60000", "HVD_HOLD_GAP_US": "60000000"}
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_killed_peer_fails_a_held_burst_of_async_allreduces_within_five_seconds(victim):
+    # Holds of 60 s: the survivor's allreduces are still in its queue, never
+    # sent, when the peer dies; they fail with the set, not after the hold.
+    _survivors_failed_fast(ranks.run_program(2, "failures:peer_stops_while_a_burst_is_held", timeout=60,
+                                             kwargs={"victim": victim, "signal_name": "SIGKILL"}, env=_LONG_HOLD),
+                           victim)
+
+
+def test_frozen_peer_fails_a_held_burst_of_async_allreduces_by_heartbeat():
+    # The same with SIGSTOP: only the heartbeat timeout (2 s) can tell, and
+    # the background thread keeps checking it while the burst is held.
+    results = ranks.run_program(2, "failures:peer_stops_while_a_burst_is_held", timeout=60, kill_when_done=[1],
+                                kwargs={"victim": 1, "signal_name": "SIGSTOP"},
+                                env=dict(_LONG_HOLD, HOROVOD_PEER_TIMEOUT_SECONDS="2"))
+    out = results[0].last_json()
+    assert results[0].returncode == 0, str(results[0])
+    assert out["error"] and "rank 1" in out["error"] and out["elapsed"] < 4.0, out
+    assert out["later"], out
+
+
 def test_no_control_ring_outlives_its_job_even_when_the_coordinator_is_killed():
     before = _control_ring_names()
     ranks.run_program_ok(3, "failures:shutdown_and_init_three_times")

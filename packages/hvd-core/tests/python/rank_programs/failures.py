@@ -88,6 +88,37 @@ def peer_dies_while_idle():
         print("error after %.2f s: %s" % (time.time() - t0, e))
 
 
+def peer_stops_while_a_burst_is_held(victim, signal_name):
+    """The others submit five allreduce_async_ that no one waits for, held
+    back by the engine (the test makes the hold long), and poll them until
+    they are done; rank `victim` sends itself `signal_name` 0.5 s later,
+    while they are held."""
+    hvd.init()
+    x = np.ones(1000, np.float32)
+    hvd.allreduce(x, name="warm")
+    if hvd.rank() == victim:
+        time.sleep(0.5)
+        os.kill(os.getpid(), getattr(signal, signal_name))
+    t0 = time.time()
+    handles = [hvd.allreduce_async_(np.ones(1000, np.float32), name="held.%d" % i) for i in range(5)]
+    while not all(hvd.poll(h) for h in handles) and time.time() - t0 < 30:
+        time.sleep(0.01)
+    elapsed = time.time() - t0
+    errors = []
+    for h in handles:
+        try:
+            hvd.synchronize(h)
+            errors.append(None)
+        except hvd.HorovodInternalError as e:
+            errors.append(str(e))
+    try:
+        hvd.allreduce(x, name="later")
+        later = None
+    except hvd.HorovodInternalError as e:
+        later = str(e)
+    return {"error": errors[0] if all(errors) else None, "elapsed": elapsed, "later": later}
+
+
 def shutdown_and_init_three_times():
     out = []
     for attempt in range(3):
