@@ -559,6 +559,59 @@ HVD_TEST(shm_pipelined_allreduce_matches_the_reference_at_every_chunk) {
   ::unsetenv("HVD_SHM_STREAM");
 }
 
+// Members that yield (more members than CPUs; forced here) run a large
+// allreduce through the slots in chunks of a whole slot (1 MiB) or of a
+// quarter of one, as member 0 timed the ways per size class, or as its
+// HVD_SHM_YIELD_CHUNK fixes it; every member must take the same chunks on
+// every call (a member that did not would wait at barriers the others never
+// reach). Counts that no chunk divides, in three size classes in turn, in
+// place and out of place, ordinary and streaming stores; unset, member 0
+// tries each of the four ways for a run of four calls per class first.
+HVD_TEST(shm_yielding_members_allreduce_in_slot_or_quarter_chunks_as_member_0_chose) {
+  for (const char* chunk : {"slot", "quarter", "timed"}) {
+    ::setenv("HVD_SHM_YIELD_CHUNK", chunk, 1);
+    for (int size : {2, 3}) {
+      std::vector<uint64_t> quarters(static_cast<size_t>(size));
+      const int kCallsPerClass = 18;
+      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+        EXPECT_EQ(comm.pipeline_chunk_default(), size_t{1} << 20);  // the slot of members that yield
+        for (int call = 0; call < 3 * kCallsPerClass; ++call) {
+          const size_t bytes = (size_t{512} << 10) << (call % 3);  // 512 KiB, 1 and 2 MiB
+          const DataType dtype = call % 2 ? DataType::kFloat32 : DataType::kFloat16;
+          const size_t count = bytes / dtype_size(dtype) + 3 + static_cast<size_t>(call);
+          const bool in_place = call % 4 < 2;
+          std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
+          for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
+          const std::string what = std::string("HVD_SHM_YIELD_CHUNK=") + chunk + " call " + std::to_string(call) + " " +
+                                   label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
+                                         dtype, ReduceOp::kSum, count);
+          if (in_place) {
+            comm.allreduce(in.data(), count, dtype, ReduceOp::kSum);
+            check_reduced(in.data(), 0, count, size, ReduceOp::kSum, dtype, what);
+          } else {
+            EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, ReduceOp::kSum));
+            check_reduced(out.data(), 0, count, size, ReduceOp::kSum, dtype, what);
+          }
+        }
+        quarters[static_cast<size_t>(me)] = dynamic_cast<ShmCommunicator&>(comm).quarter_chunk_allreduces();
+      }, [](CommOptions& options) { options.spin = false; });
+      for (uint64_t q : quarters) EXPECT_EQ(q, quarters[0]);  // the same chunks on every member
+      const uint64_t calls = 3 * kCallsPerClass;
+      if (std::strcmp(chunk, "slot") == 0) {
+        EXPECT_EQ(quarters[0], uint64_t{0});
+      } else if (std::strcmp(chunk, "quarter") == 0) {
+        // The first call of each class goes before member 0 published a way.
+        EXPECT_EQ(quarters[0], calls - 3);
+      } else {
+        // Per class: the first call and the runs of ways 0 and 1 (whole
+        // slots), then those of ways 2 and 3 (quarters), then the fastest.
+        EXPECT_TRUE(quarters[0] >= 3 * 8 && quarters[0] <= calls - 3 * 9);
+      }
+    }
+  }
+  ::unsetenv("HVD_SHM_YIELD_CHUNK");
+}
+
 // allreduce_scaled on shm scales each member's share where it reduces it
 // (the engine's Average and postscale_factor): the result must be, byte for
 // byte, the unscaled allreduce followed by scale_buffer, on every path

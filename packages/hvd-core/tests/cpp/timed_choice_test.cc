@@ -74,3 +74,18 @@ HVD_TEST(timed_choice_counts_a_way_not_measured_in_full_as_the_faster) {
   }
   EXPECT_EQ(ways, std::string("0000" "1111" "1111" "0000"));
 }
+
+HVD_TEST(timed_choice_of_four_ways_tries_each_then_keeps_the_fastest_and_retries_the_others_in_turn) {
+  TimedChoiceOf<4> choice;
+  const double kCost[] = {3.0, 2.0, 1.0, 4.0};  // way 2 is the fastest
+  std::string runs;
+  for (int call = 0; call < 4 * 13; ++call) {
+    const int way = choice.next(4, 3);
+    if (call % 4 == 0) runs += static_cast<char>('0' + way);
+    choice.record(way, kCost[way]);
+  }
+  // Runs of four calls (ways as listed per run): each way once, then way 2
+  // except every third run after the first four, which retries ways 3, 0
+  // and 1 in turn (the ways after the fastest).
+  EXPECT_EQ(runs, std::string("0123" "223" "220" "221"));
+}
