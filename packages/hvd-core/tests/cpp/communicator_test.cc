@@ -521,6 +521,27 @@ HVD_TEST(shm_large_allreduce_single_copy_and_slots_match_the_reference) {
   ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
+namespace {
+
+// A Sum allreduce on shm of `count` elements, in place or out of place,
+// checked against the reference; `what` names the case in a failure.
+void sum_and_check(Communicator& comm, int me, int size, DataType dtype, size_t count, bool in_place,
+                   const std::string& what) {
+  std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
+  for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
+  const std::string name = what + label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
+                                        dtype, ReduceOp::kSum, count);
+  if (in_place) {
+    comm.allreduce(in.data(), count, dtype, ReduceOp::kSum);
+    check_reduced(in.data(), 0, count, size, ReduceOp::kSum, dtype, name);
+  } else {
+    EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, ReduceOp::kSum));
+    check_reduced(out.data(), 0, count, size, ReduceOp::kSum, dtype, name);
+  }
+}
+
+}  // namespace
+
 // The pipelined allreduce at every chunk autotune may set (the engine sets
 // the same one on every member before a response): the default (a slot),
 // a half and a quarter of it, and values it rounds (to a page, at most a
@@ -538,19 +559,8 @@ HVD_TEST(shm_pipelined_allreduce_matches_the_reference_at_every_chunk) {
           comm.set_pipeline_chunk_bytes(chunk);
           for (DataType dtype : {DataType::kFloat32, DataType::kFloat16}) {
             const size_t count = (size_t{1200} << 10) / dtype_size(dtype) + 7;
-            const bool in_place = round++ % 2 == 0;
-            std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
-            for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
-            const std::string what = std::string("HVD_SHM_STREAM=") + stream + " chunk " + std::to_string(chunk) + " " +
-                                     label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
-                                           dtype, ReduceOp::kSum, count);
-            if (in_place) {
-              comm.allreduce(in.data(), count, dtype, ReduceOp::kSum);
-              check_reduced(in.data(), 0, count, size, ReduceOp::kSum, dtype, what);
-            } else {
-              EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, ReduceOp::kSum));
-              check_reduced(out.data(), 0, count, size, ReduceOp::kSum, dtype, what);
-            }
+            sum_and_check(comm, me, size, dtype, count, round++ % 2 == 0,
+                          std::string("HVD_SHM_STREAM=") + stream + " chunk " + std::to_string(chunk) + " ");
           }
         }
       }, [](CommOptions& options) { options.spin = true; });
@@ -559,57 +569,52 @@ HVD_TEST(shm_pipelined_allreduce_matches_the_reference_at_every_chunk) {
   ::unsetenv("HVD_SHM_STREAM");
 }
 
-// Members that yield (more members than CPUs; forced here) run a large
-// allreduce through the slots in chunks of a whole slot (1 MiB) or of a
-// quarter of one, as member 0 timed the ways per size class, or as its
-// HVD_SHM_YIELD_CHUNK fixes it; every member must take the same chunks on
-// every call (a member that did not would wait at barriers the others never
-// reach). Counts that no chunk divides, in three size classes in turn, in
-// place and out of place, ordinary and streaming stores; unset, member 0
-// tries each of the four ways for a run of four calls per class first.
-HVD_TEST(shm_yielding_members_allreduce_in_slot_or_quarter_chunks_as_member_0_chose) {
-  for (const char* chunk : {"slot", "quarter", "timed"}) {
-    ::setenv("HVD_SHM_YIELD_CHUNK", chunk, 1);
-    for (int size : {2, 3}) {
-      std::vector<uint64_t> quarters(static_cast<size_t>(size));
-      const int kCallsPerClass = 18;
-      run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
-        EXPECT_EQ(comm.pipeline_chunk_default(), size_t{1} << 20);  // the slot of members that yield
-        for (int call = 0; call < 3 * kCallsPerClass; ++call) {
-          const size_t bytes = (size_t{512} << 10) << (call % 3);  // 512 KiB, 1 and 2 MiB
-          const DataType dtype = call % 2 ? DataType::kFloat32 : DataType::kFloat16;
-          const size_t count = bytes / dtype_size(dtype) + 3 + static_cast<size_t>(call);
-          const bool in_place = call % 4 < 2;
-          std::vector<unsigned char> in(count * dtype_size(dtype)), out(in.size());
-          for (size_t i = 0; i < count; ++i) store_value(in.data(), i, dtype, input_value(me, i, ReduceOp::kSum, dtype));
-          const std::string what = std::string("HVD_SHM_YIELD_CHUNK=") + chunk + " call " + std::to_string(call) + " " +
-                                   label(Transport::kShm, size, in_place ? "allreduce" : "allreduce_out_of_place",
-                                         dtype, ReduceOp::kSum, count);
-          if (in_place) {
-            comm.allreduce(in.data(), count, dtype, ReduceOp::kSum);
-            check_reduced(in.data(), 0, count, size, ReduceOp::kSum, dtype, what);
-          } else {
-            EXPECT_TRUE(comm.allreduce_out_of_place(in.data(), out.data(), count, dtype, ReduceOp::kSum));
-            check_reduced(out.data(), 0, count, size, ReduceOp::kSum, dtype, what);
+// A large allreduce through the slots goes in chunks of a whole slot (1
+// MiB among members that yield, 512 KiB among members that spin) or of 256
+// KiB, as member 0 timed the ways per size class, or as its HVD_SHM_CHUNK
+// fixes it; every member must cut the same chunks on every call (a member
+// that did not would wait at barriers the others never reach). Counts that
+// no chunk divides, in three size classes in turn (the single copy off, so
+// that 2 MiB goes through the slots where members spin), in place and out
+// of place, ordinary and streaming stores; unset, member 0 tries each of
+// the four ways for a run of four calls per class first.
+HVD_TEST(shm_allreduce_in_slot_or_small_chunks_as_member_0_chose) {
+  ::setenv("HVD_SHM_SINGLE_COPY", "0", 1);
+  for (const char* chunk : {"slot", "small", "timed"}) {
+    ::setenv("HVD_SHM_CHUNK", chunk, 1);
+    for (bool spin : {false, true}) {
+      for (int size : {2, 3}) {
+        std::vector<uint64_t> smalls(static_cast<size_t>(size));
+        const int kCallsPerClass = 18;
+        run_world(Transport::kShm, size, 10.0, [&](Communicator& comm, int me) {
+          EXPECT_EQ(comm.pipeline_chunk_default(), spin ? size_t{512} << 10 : size_t{1} << 20);  // the slot
+          for (int call = 0; call < 3 * kCallsPerClass; ++call) {
+            const size_t bytes = (size_t{512} << 10) << (call % 3);  // 512 KiB, 1 and 2 MiB
+            const DataType dtype = call % 2 ? DataType::kFloat32 : DataType::kFloat16;
+            const size_t count = bytes / dtype_size(dtype) + 3 + static_cast<size_t>(call);
+            sum_and_check(comm, me, size, dtype, count, call % 4 < 2,
+                          std::string("HVD_SHM_CHUNK=") + chunk + (spin ? " spinning" : " yielding") + " call " +
+                              std::to_string(call) + " ");
           }
+          smalls[static_cast<size_t>(me)] = dynamic_cast<ShmCommunicator&>(comm).small_chunk_allreduces();
+        }, [&](CommOptions& options) { options.spin = spin; });
+        for (uint64_t n : smalls) EXPECT_EQ(n, smalls[0]);  // the same chunks on every member
+        const uint64_t calls = 3 * kCallsPerClass;
+        if (std::strcmp(chunk, "slot") == 0) {
+          EXPECT_EQ(smalls[0], uint64_t{0});
+        } else if (std::strcmp(chunk, "small") == 0) {
+          // The first call of each class goes before member 0 published a way.
+          EXPECT_EQ(smalls[0], calls - 3);
+        } else {
+          // Per class: the first call and the runs of ways 0 and 1 (whole
+          // slots), then those of ways 2 and 3 (small chunks), then the fastest.
+          EXPECT_TRUE(smalls[0] >= 3 * 8 && smalls[0] <= calls - 3 * 9);
         }
-        quarters[static_cast<size_t>(me)] = dynamic_cast<ShmCommunicator&>(comm).quarter_chunk_allreduces();
-      }, [](CommOptions& options) { options.spin = false; });
-      for (uint64_t q : quarters) EXPECT_EQ(q, quarters[0]);  // the same chunks on every member
-      const uint64_t calls = 3 * kCallsPerClass;
-      if (std::strcmp(chunk, "slot") == 0) {
-        EXPECT_EQ(quarters[0], uint64_t{0});
-      } else if (std::strcmp(chunk, "quarter") == 0) {
-        // The first call of each class goes before member 0 published a way.
-        EXPECT_EQ(quarters[0], calls - 3);
-      } else {
-        // Per class: the first call and the runs of ways 0 and 1 (whole
-        // slots), then those of ways 2 and 3 (quarters), then the fastest.
-        EXPECT_TRUE(quarters[0] >= 3 * 8 && quarters[0] <= calls - 3 * 9);
       }
     }
   }
-  ::unsetenv("HVD_SHM_YIELD_CHUNK");
+  ::unsetenv("HVD_SHM_CHUNK");
+  ::unsetenv("HVD_SHM_SINGLE_COPY");
 }
 
 // allreduce_scaled on shm scales each member's share where it reduces it

@@ -41,19 +41,18 @@ def test_allreduce_applies_scale_factors_in_place_and_async(np_, path):
 # falls back on every rank together). Every rank must hold the reference, and
 # the very same bytes as every other rank.
 # "shm_slots_streamed": the slots only, what each rank writes for the others
-# with streaming stores (HVD_SHM_STREAM=1). "yielding_quarter_chunks": ranks
-# that yield instead of spinning, whose slots take a large allreduce in
-# chunks of a quarter slot (HVD_SHM_YIELD_CHUNK=quarter; unset, rank 0 times
-# whole and quarter slots).
+# with streaming stores (HVD_SHM_STREAM=1). "yielding_small_chunks": ranks
+# that yield instead of spinning, whose 1 MiB slots take a large allreduce
+# in chunks of 256 KiB (HVD_SHM_CHUNK=small; unset, rank 0 times both).
 LARGE_ALLREDUCE_KNOBS = {"default": {"HOROVOD_SPIN_WAIT": "1"},
                          "shm_read_denied": {"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": "deny-for-tests"},
                          "shm_slots_streamed": {"HOROVOD_SPIN_WAIT": "1", "HVD_SHM_SINGLE_COPY": "0",
                                                 "HVD_SHM_STREAM": "1"},
-                         "yielding_quarter_chunks": {"HOROVOD_SPIN_WAIT": "0", "HVD_SHM_YIELD_CHUNK": "quarter"}}
+                         "yielding_small_chunks": {"HOROVOD_SPIN_WAIT": "0", "HVD_SHM_CHUNK": "small"}}
 
 
 @pytest.mark.parametrize("np_, knobs", [(2, "default"), (3, "default"), (3, "shm_read_denied"),
-                                        (3, "shm_slots_streamed"), (3, "yielding_quarter_chunks")])
+                                        (3, "shm_slots_streamed"), (3, "yielding_small_chunks")])
 def test_large_allreduce_every_dtype_and_op_matches_reference_on_every_rank(np_, knobs):
     results = ranks.run_program_ok(np_, "collectives:large_allreduce_every_dtype_and_op", timeout=180,
                                    env=LARGE_ALLREDUCE_KNOBS[knobs])

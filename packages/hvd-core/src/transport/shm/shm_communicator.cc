@@ -47,8 +47,8 @@ constexpr size_t kAbortReasonBytes = 256;
 // Chunk size of the pipelined collectives. Members that spin meet at each
 // chunk's barrier within microseconds, so chunks that stay in the cache
 // win; members that yield may wait out a time slice per barrier, so their
-// slots are larger (their allreduces time whole and quarter slots:
-// allreduce_yield_way). 512 KiB (256 KiB until the eleventh session):
+// slots are larger (allreduces time whole slots against smaller chunks:
+// allreduce_chunk_way). 512 KiB (256 KiB until the eleventh session):
 // on the AMD EPYC VM, P=2, three alternated rounds of HVD_SHM_SLOT_BYTES,
 // 256 / 512 KiB slots: allreduce 512 KiB 58-59 / 51-52 us, 1 MiB 101-116 /
 // 76-90 us, 8 MiB 838-869 / 554-587 us, 16 MiB even; broadcast 1 MiB
@@ -264,10 +264,9 @@ struct ShmArenaHeader {
   // Member 0's choices for the slots' stores (allreduce_streamed): bit c is
   // set while allreduces of size class c stream them.
   std::atomic<uint32_t> allreduce_streams;
-  // Member 0's choices among members that yield (allreduce_yield_way): bits
-  // 4 * size class + 2 * parity of the class's call number hold that
-  // call's way.
-  std::atomic<uint32_t> allreduce_yield_ways;
+  // Member 0's choices of chunk and stores (allreduce_chunk_way): bits 4 *
+  // size class + 2 * parity of the class's call number hold that call's way.
+  std::atomic<uint32_t> allreduce_chunk_ways;
 };
 
 // One member's part of the fast lane. Only the member itself writes it.
@@ -462,7 +461,7 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
                                                                                                 : 1;
     header_->allreduce_routes.store(0, std::memory_order_relaxed);
     header_->allreduce_streams.store(0, std::memory_order_relaxed);
-    header_->allreduce_yield_ways.store(0, std::memory_order_relaxed);
+    header_->allreduce_chunk_ways.store(0, std::memory_order_relaxed);
     header_->members_spin = spin_ ? 1 : 0;
     ShmMemberState* members = member_states(header_);
     for (int m = 0; m < size_; ++m) new (&members[m]) ShmMemberState();
@@ -476,9 +475,8 @@ ShmCommunicator::ShmCommunicator(const CommOptions& options, Store& store) : opt
   }
   single_copy_ = header_->single_copy != 0;
   single_copy_allreduce_ = header_->members_spin != 0;
-  members_yield_ = header_->members_spin == 0;
-  if (const char* chunk = std::getenv("HVD_SHM_YIELD_CHUNK")) {  // for tests and measurements
-    yield_chunk_fixed_ = std::strcmp(chunk, "slot") == 0 ? 0 : std::strcmp(chunk, "quarter") == 0 ? 1 : -1;
+  if (const char* chunk = std::getenv("HVD_SHM_CHUNK")) {  // for tests and measurements
+    chunk_fixed_ = std::strcmp(chunk, "slot") == 0 ? 0 : std::strcmp(chunk, "small") == 0 ? 1 : -1;
   }
   single_copy_timed_ = header_->single_copy == 3;
   if (const char* stream = std::getenv("HVD_SHM_STREAM")) {  // for measurements: 1 always, 0 never
@@ -766,7 +764,7 @@ void ShmCommunicator::allreduce_large(const Packed& in, const Packed& out, size_
   const Clock::time_point began = Clock::now();
   const int route = allreduce_route(bytes);
   if (!(route > 0 && allreduce_single_copy(in, out, count, dtype, op, scale))) {
-    allreduce_pipelined(in, out, count, dtype, op, scale);
+    allreduce_pipelined(in, out, count, dtype, op, scale, route < 0);
   }
   if (rank_ == 0 && route >= 0 && single_copy_timed_) {
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
@@ -973,20 +971,20 @@ void ShmCommunicator::allreduce_parts(const std::vector<ArrayPart>& in, const st
 }
 
 void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, size_t count, DataType dtype,
-                                          ReduceOp op, double scale) {
+                                          ReduceOp op, double scale, bool chunk_timed) {
   const size_t esize = dtype_size(dtype);
   const size_t align_elems = std::max<size_t>(1, 64 / esize);  // shares start on cache lines
   // What the others read of ours (our slot, our reduced share) is written
   // either into our cache or, streamed, to memory (allreduce_streamed).
   const size_t bytes = count * esize;
-  const int yield_way = allreduce_yield_way(bytes);
-  const bool quarter_chunks = yield_way >= 0 && (yield_way & 2) != 0;
-  const size_t chunk_bytes = quarter_chunks ? yield_quarter_chunk_bytes() : chunk_bytes_;
-  quarter_chunk_allreduces_ += quarter_chunks ? 1 : 0;
-  const bool streamed = yield_way < 0 ? allreduce_streamed(bytes)
-                        : stream_timed_ ? (yield_way & 1) != 0
+  const int chunk_way = chunk_timed ? allreduce_chunk_way(bytes) : -1;
+  const bool small_chunks = chunk_way >= 0 && (chunk_way & 2) != 0;
+  const size_t chunk_bytes = small_chunks ? small_chunk_bytes() : chunk_bytes_;
+  small_chunk_allreduces_ += small_chunks ? 1 : 0;
+  const bool streamed = chunk_way < 0 ? allreduce_streamed(bytes)
+                        : stream_timed_ ? (chunk_way & 1) != 0
                                         : stream_always_;
-  const bool timed = rank_ == 0 && (yield_way >= 0 || stream_timed_);
+  const bool timed = rank_ == 0 && (chunk_way >= 0 || stream_timed_);
   const Clock::time_point began = timed ? Clock::now() : Clock::time_point{};
   void (*const to_arena)(void*, const void*, size_t) = streamed ? shm_stream_copy : shm_copy;
   const size_t chunk_elems = chunk_bytes / esize;
@@ -1047,39 +1045,39 @@ void ShmCommunicator::allreduce_pipelined(const Packed& in, const Packed& out, s
   copy_out_others(previous_buffer, previous_begin, previous_elems);
   if (timed) {
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - began).count();
-    if (yield_way >= 0) {
-      yield_times_[yield_size_class(bytes)].record(yield_way, std::max(1e-3, ns / bytes));
+    if (chunk_way >= 0) {
+      chunk_times_[chunk_size_class(bytes)].record(chunk_way, std::max(1e-3, ns / bytes));
     } else {
       stream_times_[stream_size_class(bytes)].record(streamed, std::max(1e-3, ns / bytes));
     }
   }
 }
 
-size_t ShmCommunicator::yield_quarter_chunk_bytes() const {
-  return std::max<size_t>(4096, slot_bytes_ / 4 / 4096 * 4096);
+size_t ShmCommunicator::small_chunk_bytes() const {
+  return std::max<size_t>(4096, std::min(kSmallChunkBytes, slot_bytes_ / 2 / 4096 * 4096));
 }
 
-size_t ShmCommunicator::yield_size_class(size_t bytes) const {
-  return power_of_two_class(bytes, 2 * yield_quarter_chunk_bytes(), kYieldSizeClasses);
+size_t ShmCommunicator::chunk_size_class(size_t bytes) const {
+  return power_of_two_class(bytes, 2 * small_chunk_bytes(), kChunkSizeClasses);
 }
 
-int ShmCommunicator::allreduce_yield_way(size_t bytes) {
+int ShmCommunicator::allreduce_chunk_way(size_t bytes) {
   // Not while autotune tries its own chunks (the same on every member), nor
-  // where quarter chunks would be one.
-  if (!members_yield_ || chunk_bytes_ != slot_bytes_ || bytes < 2 * yield_quarter_chunk_bytes()) return -1;
+  // where small chunks would be one.
+  if (chunk_bytes_ != slot_bytes_ || bytes < 2 * small_chunk_bytes()) return -1;
   // As allreduce_route: every member reads this call's way, which member 0
   // published during the class's last call, before this call's first
   // barrier; member 0 now publishes the next call's under the other parity.
-  const size_t c = yield_size_class(bytes);
-  const uint64_t call = yield_calls_[c]++;
-  const int way = static_cast<int>((header_->allreduce_yield_ways.load(std::memory_order_acquire) >>
+  const size_t c = chunk_size_class(bytes);
+  const uint64_t call = chunk_calls_[c]++;
+  const int way = static_cast<int>((header_->allreduce_chunk_ways.load(std::memory_order_acquire) >>
                                     (4 * c + 2 * (call & 1))) & 3);
   if (rank_ == 0) {
-    int next = yield_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery);
-    if (yield_chunk_fixed_ >= 0) next = (next & 1) | (yield_chunk_fixed_ << 1);
+    int next = chunk_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery);
+    if (chunk_fixed_ >= 0) next = (next & 1) | (chunk_fixed_ << 1);
     const unsigned shift = static_cast<unsigned>(4 * c + 2 * ((call + 1) & 1));
-    const uint32_t was = header_->allreduce_yield_ways.load(std::memory_order_relaxed);
-    header_->allreduce_yield_ways.store((was & ~(3u << shift)) | (static_cast<uint32_t>(next) << shift),
+    const uint32_t was = header_->allreduce_chunk_ways.load(std::memory_order_relaxed);
+    header_->allreduce_chunk_ways.store((was & ~(3u << shift)) | (static_cast<uint32_t>(next) << shift),
                                         std::memory_order_release);
   }
   return way;

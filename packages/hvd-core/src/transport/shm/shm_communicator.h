@@ -106,9 +106,9 @@ class ShmCommunicator : public Communicator {
   uint64_t lane_reads() const { return lane_reads_; }
   // Allreduces this member took part in through the single copy (tests).
   uint64_t single_copy_allreduces() const { return single_copy_allreduces_; }
-  // Allreduces this member took part in through the slots in quarter-slot
-  // chunks among members that yield (allreduce_yield_way; tests).
-  uint64_t quarter_chunk_allreduces() const { return quarter_chunk_allreduces_; }
+  // Allreduces this member took part in through the slots in small chunks
+  // (allreduce_chunk_way; tests).
+  uint64_t small_chunk_allreduces() const { return small_chunk_allreduces_; }
 
  private:
   // Waits until every member has arrived at the next step. Data written into
@@ -129,8 +129,10 @@ class ShmCommunicator : public Communicator {
   // before the others read it.
   void allreduce_small(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double scale);
   class Packed;  // the array allreduce_pipelined reads or writes: one buffer, or parts of several
+  // `chunk_timed`: the call may take the chunk allreduce_chunk_way says
+  // (false where member 0 times this call's route, see allreduce_route).
   void allreduce_pipelined(const Packed& in, const Packed& out, size_t count, DataType dtype, ReduceOp op,
-                           double scale);
+                           double scale, bool chunk_timed);
   size_t max_over_members(size_t value);
   // allgatherv by reading every other member's piece out of its process
   // (process_vm_readv); false, with the output to be rewritten, when some
@@ -179,15 +181,13 @@ class ShmCommunicator : public Communicator {
   // others read with streaming (non-temporal) stores; see kStreamSizeClasses.
   bool allreduce_streamed(size_t bytes);
   static size_t stream_size_class(size_t bytes);  // [32 KiB, 64 KiB): 0, ...; the last is open-ended
-  // Among members that yield (more members than CPUs, or
-  // HOROVOD_SPIN_WAIT=0), how an allreduce of `bytes` through the slots
-  // goes, the same chunks on every member: -1 outside the choice (the chunk
-  // is chunk_bytes_, the stores as allreduce_streamed says), else a way of
-  // kYieldWays as member 0 timed them per size class: bit 0 streaming
-  // stores, bit 1 quarter-slot chunks.
-  int allreduce_yield_way(size_t bytes);
-  size_t yield_quarter_chunk_bytes() const;
-  size_t yield_size_class(size_t bytes) const;  // [2 quarter chunks, 4): 0, ...; the last is open-ended
+  // How an allreduce of `bytes` through the slots goes, the same chunks on
+  // every member: -1 outside the choice (the chunk is chunk_bytes_, the
+  // stores as allreduce_streamed says), else a way of kChunkWays as member 0
+  // timed them per size class: bit 0 streaming stores, bit 1 small chunks.
+  int allreduce_chunk_way(size_t bytes);
+  size_t small_chunk_bytes() const;  // kSmallChunkBytes, at most half a slot
+  size_t chunk_size_class(size_t bytes) const;  // [2 small chunks, 4): 0, ...; the last is open-ended
   LaneArea* lane(int member) const;
   // Waits until every member has completed lane_completed_ calls (one may
   // still be reading our slot or the ring). Each committed to those calls, so
@@ -301,25 +301,28 @@ class ShmCommunicator : public Communicator {
   bool stream_always_ = false;  // HVD_SHM_STREAM=1
   static constexpr size_t kStreamSizeClasses = 16;
   // Member 0's times of its allreduces through the slots per byte, per size
-  // class, with ordinary stores (the first way) and streaming ones.
+  // class, with ordinary stores (the first way) and streaming ones; where
+  // allreduce_chunk_way chooses, the stores are part of its way instead.
   std::array<TimedChoice, kStreamSizeClasses> stream_times_{};
-  // Members that yield run a large allreduce through the slots in chunks of
-  // a whole slot or of a quarter of one, with ordinary or streaming stores.
-  // At P=4 on the 2-CPU Intel VM quarter chunks were about 15 % faster at 4
-  // and 16 MiB; at P=2 with HOROVOD_SPIN_WAIT=0 beside two busy loops, where
-  // each barrier may wait out a scheduler time slice, whole slots were 4-10x
-  // faster at 16 MiB (docs/benchmarks.md). Member 0 times the four ways per
-  // size class and publishes each call's a call ahead (as allreduce_route).
-  // One choice of four, not the stores' choice beside a chunk choice: two
-  // timed side by side would line their runs up, each judging the other's
-  // way as its own.
-  static constexpr int kYieldWays = 4;
-  static constexpr size_t kYieldSizeClasses = 8;
-  bool members_yield_ = false;  // member 0 yields: the same on every member
-  int yield_chunk_fixed_ = -1;  // member 0's HVD_SHM_YIELD_CHUNK: 0 slot, 1 quarter, -1 timed
-  std::array<uint64_t, kYieldSizeClasses> yield_calls_{};  // the same on every member
-  std::array<TimedChoiceOf<kYieldWays>, kYieldSizeClasses> yield_times_{};
-  uint64_t quarter_chunk_allreduces_ = 0;
+  // An allreduce through the slots from two small chunks up goes in chunks
+  // of a whole slot or of kSmallChunkBytes, with ordinary or streaming
+  // stores. Members that yield (1 MiB slots): at P=4 on the 2-CPU Intel VM
+  // small chunks were about 15 % faster at 4 and 16 MiB, but at P=2 with
+  // HOROVOD_SPIN_WAIT=0 beside two busy loops, where each barrier may wait
+  // out a scheduler time slice, whole slots were 4-10x faster at 16 MiB.
+  // Members that spin (512 KiB slots): at P=2, 1 MiB, small chunks were
+  // faster on the Intel VM and slower on the AMD EPYC one
+  // (docs/benchmarks.md). Member 0 times the four ways per size class and
+  // publishes each call's a call ahead (as allreduce_route). One choice of
+  // four, not the stores' choice beside a chunk choice: two timed side by
+  // side would line their runs up, each judging the other's way as its own.
+  static constexpr int kChunkWays = 4;
+  static constexpr size_t kChunkSizeClasses = 8;
+  static constexpr size_t kSmallChunkBytes = 256 * 1024;
+  int chunk_fixed_ = -1;  // member 0's HVD_SHM_CHUNK: 0 slot, 1 small, -1 timed
+  std::array<uint64_t, kChunkSizeClasses> chunk_calls_{};  // the same on every member
+  std::array<TimedChoiceOf<kChunkWays>, kChunkSizeClasses> chunk_times_{};
+  uint64_t small_chunk_allreduces_ = 0;
   std::vector<unsigned char> single_copy_scratch_;  // allreduce_single_copy: the others' chunks
   std::vector<const void*> single_copy_sources_;    // allreduce_single_copy: one entry per member
   // allreduce_single_copy: member m's lists of input (2m) and output (2m+1) parts
