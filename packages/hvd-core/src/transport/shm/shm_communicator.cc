@@ -174,6 +174,26 @@ size_t power_of_two_class(size_t bytes, size_t smallest, size_t classes) {
   return c;
 }
 
+// A choice member 0 makes for every member a call ahead (allreduce_route,
+// allreduce_chunk_way): `word` holds a way of `bits` bits per size class
+// and parity of the class's call number. Every member counts the calls of
+// each class alike and reads call `call`'s way, which member 0 published
+// during the class's last call, before it reaches this call's first
+// barrier; member 0 then publishes the next call's way under the other
+// parity, which every member reads after this call's last barrier, which
+// member 0 passes only after publishing.
+int published_way(const std::atomic<uint32_t>& word, unsigned bits, size_t size_class, uint64_t call) {
+  const unsigned shift = bits * static_cast<unsigned>(2 * size_class + (call & 1));
+  return static_cast<int>((word.load(std::memory_order_acquire) >> shift) & ((1u << bits) - 1));
+}
+
+void publish_next_way(std::atomic<uint32_t>& word, unsigned bits, size_t size_class, uint64_t call, int way) {
+  const unsigned shift = bits * static_cast<unsigned>(2 * size_class + ((call + 1) & 1));
+  const uint32_t mask = ((1u << bits) - 1) << shift;
+  const uint32_t was = word.load(std::memory_order_relaxed);  // member 0 alone writes it
+  word.store((was & ~mask) | (static_cast<uint32_t>(way) << shift), std::memory_order_release);
+}
+
 // Shared (not private) futexes: the waiters live in different processes.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
   timespec ts;
@@ -785,24 +805,15 @@ bool ShmCommunicator::single_copy_may_take(size_t bytes) const {
 int ShmCommunicator::allreduce_route(size_t bytes) {
   if (!single_copy_may_take(bytes)) return -1;
   if (!single_copy_timed_) return 1;
-  // Every member counts the calls of each size class alike, and reads the
-  // route member 0 published for this one during the class's last call
-  // (before that call's last barrier). Member 0 now publishes the route for
-  // the next one under the other parity: every member reads this call's
-  // route before it reaches this call's first barrier, and the next call's
-  // after this call's last, which member 0 passes only after publishing.
+  // Member 0's choice, published a call ahead (published_way).
   const size_t c = allreduce_size_class(bytes);
   const uint64_t call = allreduce_route_calls_[c]++;
-  const bool single = (header_->allreduce_routes.load(std::memory_order_acquire) >> (2 * c + (call & 1))) & 1;
+  const int single = published_way(header_->allreduce_routes, 1, c, call);
   if (rank_ == 0) {
-    const uint32_t next = 1u << (2 * c + ((call + 1) & 1));
-    if (allreduce_route_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery)) {
-      header_->allreduce_routes.fetch_or(next, std::memory_order_release);
-    } else {
-      header_->allreduce_routes.fetch_and(~next, std::memory_order_release);
-    }
+    publish_next_way(header_->allreduce_routes, 1, c, call,
+                     allreduce_route_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery));
   }
-  return single ? 1 : 0;
+  return single;
 }
 
 // Member m reduces share m of the whole array, reading the other members'
@@ -1065,20 +1076,13 @@ int ShmCommunicator::allreduce_chunk_way(size_t bytes) {
   // Not while autotune tries its own chunks (the same on every member), nor
   // where small chunks would be one.
   if (chunk_bytes_ != slot_bytes_ || bytes < 2 * small_chunk_bytes()) return -1;
-  // As allreduce_route: every member reads this call's way, which member 0
-  // published during the class's last call, before this call's first
-  // barrier; member 0 now publishes the next call's under the other parity.
   const size_t c = chunk_size_class(bytes);
   const uint64_t call = chunk_calls_[c]++;
-  const int way = static_cast<int>((header_->allreduce_chunk_ways.load(std::memory_order_acquire) >>
-                                    (4 * c + 2 * (call & 1))) & 3);
+  const int way = published_way(header_->allreduce_chunk_ways, 2, c, call);
   if (rank_ == 0) {
     int next = chunk_times_[c].next(TimedChoice::kSamples, kRouteRetryEvery);
     if (chunk_fixed_ >= 0) next = (next & 1) | (chunk_fixed_ << 1);
-    const unsigned shift = static_cast<unsigned>(4 * c + 2 * ((call + 1) & 1));
-    const uint32_t was = header_->allreduce_chunk_ways.load(std::memory_order_relaxed);
-    header_->allreduce_chunk_ways.store((was & ~(3u << shift)) | (static_cast<uint32_t>(next) << shift),
-                                        std::memory_order_release);
+    publish_next_way(header_->allreduce_chunk_ways, 2, c, call, next);
   }
   return way;
 }
