@@ -179,7 +179,7 @@ std::string encode_requests(const std::vector<RequestMeta>& requests) {
 // count is checked against what the payload can really hold before anything
 // is allocated for it.
 constexpr size_t kMinRequestBytes = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4;
-constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 1 + 4;
+constexpr size_t kMinResponseBytes = 1 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 1 + 4 + 4;
 constexpr size_t kMinResponseTensorBytes = 4 + 4 + 4;
 
 std::vector<RequestMeta> decode_requests(const std::string& payload) {
@@ -232,6 +232,7 @@ std::string encode_responses(const std::vector<Response>& responses) {
     w.pod<uint64_t>(r.lane_key);
     w.pod<uint8_t>(static_cast<uint8_t>((r.hierarchical_allreduce ? 1 : 0) | (r.hierarchical_allgather ? 2 : 0)));
     w.pod<uint32_t>(r.pipeline_chunk_bytes);
+    w.pod<uint32_t>(r.cycle_time_us);
   }
   return w.take();
 }
@@ -272,6 +273,7 @@ std::vector<Response> decode_responses(const std::string& payload) {
     m.hierarchical_allreduce = (staging & 1) != 0;
     m.hierarchical_allgather = (staging & 2) != 0;
     m.pipeline_chunk_bytes = r.pod<uint32_t>();
+    m.cycle_time_us = r.pod<uint32_t>();
   }
   return out;
 }

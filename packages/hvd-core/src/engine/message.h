@@ -106,6 +106,11 @@ struct Response {
   // bytes (0: the transport's own); stamped like the staging flags, so every
   // member cuts a buffer into the same chunks.
   uint32_t pipeline_chunk_bytes = 0;
+  // The cycle time autotune is trying, in microseconds (0: autotune is off,
+  // and each member keeps its HOROVOD_CYCLE_TIME); stamped like the chunk,
+  // so that every member's burst hold (ProcessSetRuntime::enqueue) follows
+  // the coordinator's.
+  uint32_t cycle_time_us = 0;
 };
 
 // Bytes of the tensors a response names, at their agreed shapes (for an

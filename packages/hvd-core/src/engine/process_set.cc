@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -374,6 +375,17 @@ void ProcessSetRuntime::retune(const TunedSettings& s) {
   coordinator_->retune(s.fusion_threshold_bytes, s.cycle_time_seconds, s.cache_enabled);
   staging_ = {s.hierarchical_allreduce, s.hierarchical_allgather};
   pipeline_chunk_bytes_ = static_cast<uint32_t>(s.pipeline_chunk_bytes);
+  cycle_time_us_ = static_cast<uint32_t>(std::llround(s.cycle_time_seconds * 1e6));
+}
+
+void ProcessSetRuntime::follow_cycle_time(uint32_t us) {
+  followed_cycle_time_us_ = us;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    hold_window_ = std::chrono::microseconds(us);
+  }
+  HVD_LOG(kInfo, "autotune: process set " << id_ << " holds a burst of asynchronous allreduces for at most "
+                                          << us / 1000.0 << " ms");
 }
 
 void ProcessSetRuntime::exchange_gradient_bucket() {
@@ -772,6 +784,7 @@ void ProcessSetRuntime::execute(const std::vector<Response>& responses) {
     DataPlane& plane = gpu != nullptr ? static_cast<DataPlane&>(*gpu) : *host_plane_;
     if (staged_comm_ != nullptr) staged_comm_->set_staging(r.hierarchical_allreduce, r.hierarchical_allgather);
     comm_->set_pipeline_chunk_bytes(r.pipeline_chunk_bytes);
+    if (r.cycle_time_us != 0 && r.cycle_time_us != followed_cycle_time_us_) follow_cycle_time(r.cycle_time_us);
     try {
       if (gpu != nullptr) gpu->begin(r, locals);
       executor_->run(r, locals, plane);
@@ -927,6 +940,7 @@ void ProcessSetRuntime::step_coordinator() {
     r.hierarchical_allreduce = staging_.first;
     r.hierarchical_allgather = staging_.second;
     r.pipeline_chunk_bytes = pipeline_chunk_bytes_;
+    r.cycle_time_us = cycle_time_us_;
   }
   if (!responses.empty()) {
     if (channels_.size() > 1) {  // a one-member set has no one to tell

@@ -150,6 +150,8 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // Applies autotune's settings: the coordinator's knobs, and the staging
   // stamped on every response from now on.
   void retune(const TunedSettings& s);
+  // A member's burst hold takes the cycle time stamped on a response.
+  void follow_cycle_time(uint32_t us);
 
   ProcessSetContext context_;
   int32_t id_;
@@ -175,13 +177,15 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // background thread while more keep coming, so that it goes as one
   // request: until hold_gap_ after the latest (a Python loop submits one
   // every 5-30 us on the 2-CPU VM), at most hold_window_
-  // (HOROVOD_CYCLE_TIME) after the first. A caller that waits takes the
-  // queue at once; anything else submitted ends the hold.
+  // (HOROVOD_CYCLE_TIME, or the coordinator's under autotune) after the
+  // first. A caller that waits takes the queue at once; anything else
+  // submitted ends the hold.
   std::atomic<bool> queue_held_{false};
   std::atomic<uint64_t> request_batches_{0};  // queues taken into negotiation (hvd_process_set_info)
   std::atomic<Clock::rep> hold_until_{0};  // when the hold ends, in Clock ticks
   Clock::time_point hold_started_;         // guarded by queue_mu_
-  Clock::duration hold_window_{}, hold_gap_{};  // set at start
+  Clock::duration hold_window_{};  // guarded by queue_mu_: autotune's cycle time moves it
+  Clock::duration hold_gap_{};     // set at start
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> abort_requested_{false};
@@ -198,6 +202,8 @@ class ProcessSetRuntime : public Driver, public std::enable_shared_from_this<Pro
   // Member 0: whether its responses run allreduce and allgather in stages.
   std::pair<bool, bool> staging_{true, true};
   uint32_t pipeline_chunk_bytes_ = 0;  // what the coordinator stamps on its responses (autotune; 0: default)
+  uint32_t cycle_time_us_ = 0;         // the same for the cycle time (0: autotune is off)
+  uint32_t followed_cycle_time_us_ = 0;  // the stamped cycle time this member holds bursts for (under drive_mu_)
   std::unique_ptr<HostDataPlane> host_plane_;
   std::unique_ptr<GpuDataPlane> gpu_plane_;  // after comm_: destroyed before it
   std::unique_ptr<Executor> executor_;

@@ -365,9 +365,11 @@ HVD_TEST(control_messages_round_trip_and_reject_truncation) {
   r.hierarchical_allreduce = false;
   r.hierarchical_allgather = true;
   r.pipeline_chunk_bytes = 128 * 1024;
+  r.cycle_time_us = 42500;
   rd = decode_responses(encode_responses({r}));
   EXPECT_TRUE(!rd[0].hierarchical_allreduce && rd[0].hierarchical_allgather);
   EXPECT_EQ(rd[0].pipeline_chunk_bytes, 128u * 1024);
+  EXPECT_EQ(rd[0].cycle_time_us, 42500u);
   EXPECT_TRUE(decode_names(encode_names({"x", "y.z"})) == std::vector<std::string>({"x", "y.z"}));
   std::string encoded = encode_responses({r});
   bool threw = false;

@@ -44,6 +44,29 @@ def test_autotune_logs_each_sample_and_keeps_every_rank_exact(tmp_path):
     assert best["score"] == max(s["score"] for s in samples[:9])
 
 
+def test_every_rank_holds_bursts_of_async_allreduces_for_the_cycle_time_autotune_tries(tmp_path):
+    # The cycle time also bounds each rank's hold of a burst of asynchronous
+    # allreduces (the rank program's four allreduce_async per step): the
+    # coordinator stamps the one it tries on its responses, and every rank
+    # takes each one in the log's order, logging it when it changes.
+    log = tmp_path / "autotune.csv"
+    steps = 120
+    results = ranks.run_program(2, "autotune:steps_of_four_gradients", kwargs={"steps": steps}, env={
+        "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log), "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6",
+        "HOROVOD_LOG_LEVEL": "info"}, timeout=240)
+    assert all(r.returncode == 0 for r in results), "\n".join(map(str, results))
+    assert [r.last_json() for r in results] == [steps, steps]
+    with open(log) as f:
+        tried = [float(row[COLUMNS.index("cycle_time_ms")]) for row in list(csv.reader(f))[1:]]
+    changes = [ms for i, ms in enumerate(tried) if i == 0 or abs(ms - tried[i - 1]) > 1e-3]
+    assert len(changes) >= 2, tried  # the search moved the cycle time at least once
+    for r in results:
+        held = [float(ms) for ms in re.findall(r"holds a burst of asynchronous allreduces for at most ([0-9.]+) ms",
+                                                r.stderr)]
+        assert held == pytest.approx(changes, abs=2e-3), (held, tried, r.stderr)
+
+
 def test_autotune_tries_smaller_pipeline_chunks_last_and_every_rank_stays_exact():
     # Gradients of 0.4-1.6 MB, fused: the shared-memory pipelined allreduce
     # cuts them into chunks, of 256 KiB by default (the members spin), and
