@@ -104,15 +104,21 @@ HVD_TEST(result_pool_of_capacity_zero_keeps_nothing) {
   EXPECT_EQ(pool.kept_blocks(), size_t{0});
 }
 
-HVD_TEST(large_owned_results_are_writable_and_freed_by_their_deleter) {
-  // Above and below the pooled size: both come back as 64-byte-aligned,
-  // writable DLPack tensors of the asked shape, freed by the deleter.
-  for (int64_t rows : {int64_t{3}, int64_t{300000}}) {
+HVD_TEST(owned_results_are_writable_and_freed_by_their_deleter) {
+  // Above and below the pooled size, empty too: each comes back as a
+  // 64-byte-aligned, writable DLPack tensor of the asked shape, freed by the
+  // deleter. A small result lies in the same block as its DLManagedTensor:
+  // filling it must leave the tensor's own fields alone.
+  for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{300000}}) {
     DLManagedTensor* t = make_owned_tensor({rows, 4}, DataType::kFloat32);
     EXPECT_EQ(t->dl_tensor.ndim, 2);
-    EXPECT_EQ(t->dl_tensor.shape[0], rows);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t->dl_tensor.data) % 64, uintptr_t{0});
-    std::memset(t->dl_tensor.data, 1, static_cast<size_t>(rows) * 16);
+    const DLManagedTensor before = *t;
+    std::memset(t->dl_tensor.data, 0xff, static_cast<size_t>(rows) * 16);
+    EXPECT_EQ(t->dl_tensor.ndim, 2);
+    EXPECT_EQ(t->dl_tensor.shape[0], rows);
+    EXPECT_EQ(t->dl_tensor.shape[1], int64_t{4});
+    EXPECT_TRUE(t->deleter == before.deleter && t->manager_ctx == before.manager_ctx);
     t->deleter(t);
   }
 }
