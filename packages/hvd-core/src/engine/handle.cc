@@ -47,11 +47,12 @@ constexpr size_t kResultAlignment = 64;
 DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType dtype, const MemoryResource* where) {
   size_t bytes = dtype_size(dtype);
   for (auto d : shape) bytes *= static_cast<size_t>(d);
+  auto out_of_memory = [bytes] {
+    throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
+  };
   const bool data_inline = where == nullptr && bytes < HostResultPool::kMinPooledBytes;
   void* block = std::malloc(sizeof(OwnedTensor) + (data_inline ? bytes + kResultAlignment - 1 : 0));
-  if (block == nullptr) {
-    throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
-  }
+  if (block == nullptr) out_of_memory();
   std::unique_ptr<OwnedTensor, void (*)(OwnedTensor*)> owned(new (block) OwnedTensor(), destroy_owned);
   owned->shape = shape;
   if (data_inline) {
@@ -62,9 +63,7 @@ DLManagedTensor* make_owned_tensor(const std::vector<int64_t>& shape, DataType d
     owned->release = where->release;
   } else {
     owned->data = HostResultPool::instance().allocate(bytes, &owned->pooled_capacity);
-    if (owned->data == nullptr) {
-      throw_error(ErrorCode::kInternal, "out of memory allocating a " + std::to_string(bytes) + "-byte result");
-    }
+    if (owned->data == nullptr) out_of_memory();
   }
   DLTensor& t = owned->managed.dl_tensor;
   t.data = owned->data;
