@@ -13,15 +13,25 @@ COLUMNS = ["hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce"
            "tensor_fusion_threshold", "score"]
 
 
-def test_autotune_logs_each_sample_and_keeps_every_rank_exact(tmp_path):
+def search_six_settings(tmp_path, env=None):
+    """120 steps on 2 ranks while autotune tries six settings of fusion
+    threshold and cycle time, then the rest of its search, writing its log;
+    every rank must exit 0 with every step exact. Returns each rank's
+    RankResult and the log's rows."""
     log = tmp_path / "autotune.csv"
     steps = 120
-    results = ranks.run_program_ok(2, "autotune:steps_of_four_gradients", kwargs={"steps": steps}, env={
+    results = ranks.run_program(2, "autotune:steps_of_four_gradients", kwargs={"steps": steps}, env={
         "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log), "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
-        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6"}, timeout=240)
-    assert results == [steps, steps]
+        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6", **(env or {})},
+        timeout=240)
+    assert all(r.returncode == 0 for r in results), "\n".join(map(str, results))
+    assert [r.last_json() for r in results] == [steps, steps]
     with open(log) as f:
-        rows = list(csv.reader(f))
+        return results, list(csv.reader(f))
+
+
+def test_autotune_logs_each_sample_and_keeps_every_rank_exact(tmp_path):
+    _, rows = search_six_settings(tmp_path)
     assert rows[0] == COLUMNS
     samples = [dict(zip(COLUMNS, map(float, row))) for row in rows[1:]]
     # 6 settings of fusion threshold and cycle time, the cache the other way,
@@ -49,16 +59,8 @@ def test_every_rank_holds_bursts_of_async_allreduces_for_the_cycle_time_autotune
     # allreduces (the rank program's four allreduce_async per step): the
     # coordinator stamps the one it tries on its responses, and every rank
     # takes each one in the log's order, logging it when it changes.
-    log = tmp_path / "autotune.csv"
-    steps = 120
-    results = ranks.run_program(2, "autotune:steps_of_four_gradients", kwargs={"steps": steps}, env={
-        "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log), "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
-        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6",
-        "HOROVOD_LOG_LEVEL": "info"}, timeout=240)
-    assert all(r.returncode == 0 for r in results), "\n".join(map(str, results))
-    assert [r.last_json() for r in results] == [steps, steps]
-    with open(log) as f:
-        tried = [float(row[COLUMNS.index("cycle_time_ms")]) for row in list(csv.reader(f))[1:]]
+    results, rows = search_six_settings(tmp_path, env={"HOROVOD_LOG_LEVEL": "info"})
+    tried = [float(row[COLUMNS.index("cycle_time_ms")]) for row in rows[1:]]
     changes = [ms for i, ms in enumerate(tried) if i == 0 or abs(ms - tried[i - 1]) > 1e-3]
     assert len(changes) >= 2, tried  # the search moved the cycle time at least once
     for r in results:
