@@ -6,6 +6,7 @@ reducescatter, grouped variants, barrier and join."""
 
 import ctypes
 import struct
+import sys
 
 import numpy as np
 
@@ -36,7 +37,7 @@ __all__ = [
 _handles = HandleManager()
 _average_compat = get_average_backwards_compatibility_fun(HorovodBasics)
 
-# numpy dtype -> DLPack (code, bits). bfloat16 comes from ml_dtypes when installed.
+# numpy dtype -> DLPack (code, bits); bfloat16 is added by _dlpack_type.
 _DLPACK_TYPES = {
     np.dtype(np.uint8): (c_api.kDLUInt, 8), np.dtype(np.int8): (c_api.kDLInt, 8),
     np.dtype(np.uint16): (c_api.kDLUInt, 16), np.dtype(np.int16): (c_api.kDLInt, 16),
@@ -44,11 +45,21 @@ _DLPACK_TYPES = {
     np.dtype(np.float16): (c_api.kDLFloat, 16), np.dtype(np.float32): (c_api.kDLFloat, 32),
     np.dtype(np.float64): (c_api.kDLFloat, 64), np.dtype(np.bool_): (c_api.kDLBool, 8),
 }
-try:
-    import ml_dtypes
-    _DLPACK_TYPES[np.dtype(ml_dtypes.bfloat16)] = (c_api.kDLBfloat, 16)
-except ImportError:  # bfloat16 arrays need ml_dtypes; nothing else does
-    pass
+
+
+def _dlpack_type(dtype):
+    """The DLPack (code, bits) of a numpy dtype, None when hvd does not take it.
+    numpy's bfloat16 is ml_dtypes', so a bfloat16 array means ml_dtypes is
+    imported already: it is looked up in sys.modules when an unknown dtype
+    comes, not imported with hvd (that import costs each process about 0.75 s
+    of CPU with ml_dtypes 0.7 and numpy 2, which every rank of every job paid)."""
+    code_bits = _DLPACK_TYPES.get(dtype)
+    if code_bits is None:
+        ml_dtypes = sys.modules.get("ml_dtypes")
+        if ml_dtypes is not None:
+            _DLPACK_TYPES[np.dtype(ml_dtypes.bfloat16)] = (c_api.kDLBfloat, 16)
+            code_bits = _DLPACK_TYPES.get(dtype)
+    return code_bits
 
 
 # Synchronous allreduce/broadcast calls keep their argument blocks in the
@@ -140,7 +151,7 @@ def _describe(array, what="tensor", written=False):
     flags = array.flags
     # The table holds native byte orders only (a dtype's byte order is part
     # of its equality), so one lookup also rules out swapped arrays.
-    code_bits = _DLPACK_TYPES.get(array.dtype)
+    code_bits = _dlpack_type(array.dtype)
     if code_bits is None or (written and not flags.writeable) or not flags.c_contiguous:
         _refuse(array, what, written)
     try:
@@ -164,7 +175,7 @@ def _refuse(array, what, written):
         raise ValueError("%s has dtype %s in non-native byte order; hvd reduces in this machine's byte "
                          "order: convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
                          % (what, array.dtype.str))
-    if _DLPACK_TYPES.get(array.dtype) is None:
+    if _dlpack_type(array.dtype) is None:
         raise ValueError("Tensor type %s is not supported." % array.dtype.name)
     raise ValueError("Tensor is required to be contiguous.")
 
@@ -175,7 +186,7 @@ def _sync_entry(collective, tensor, output, name, process_set_id, op, root_rank,
     `output` is something the general path has to check (and refuse with
     its error, or take: read-only inputs, empty arrays). `output` None: the
     engine allocates the result."""
-    if _DLPACK_TYPES.get(tensor.dtype) is None or _address_if_simple(tensor) is None:
+    if _dlpack_type(tensor.dtype) is None or _address_if_simple(tensor) is None:
         return None
     if output is not tensor and output is not None and (output.dtype is not tensor.dtype
                                                          or _address_if_simple(output) is None):
