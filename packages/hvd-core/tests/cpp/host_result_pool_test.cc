@@ -3,6 +3,7 @@
 // twice, the capacity bounds what is kept (oldest unmapped first), and
 // results allocated through make_owned_tensor are writable end to end.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "engine/handle.h"
@@ -121,4 +122,20 @@ HVD_TEST(owned_results_are_writable_and_freed_by_their_deleter) {
     EXPECT_TRUE(t->deleter == before.deleter && t->manager_ctx == before.manager_ctx);
     t->deleter(t);
   }
+}
+
+HVD_TEST(a_result_the_memory_cannot_hold_is_an_error_naming_its_size) {
+  // 2^50 float32 elements (4 PiB): more than a process's address space, so
+  // the pool's mapping fails; the caller gets an error, not a null result.
+  const int64_t rows = int64_t{1} << 50;
+  bool threw = false;
+  try {
+    make_owned_tensor({rows}, DataType::kFloat32);
+  } catch (const Error& e) {
+    threw = true;
+    EXPECT_TRUE(e.code() == ErrorCode::kInternal);
+    EXPECT_TRUE(std::string(e.what()).find("out of memory allocating a 4503599627370496-byte result") !=
+                std::string::npos);
+  }
+  EXPECT_TRUE(threw);
 }
