@@ -320,8 +320,13 @@ typedef struct {
 #define NUMPY_C_CONTIGUOUS 0x0001
 #define NUMPY_WRITEABLE 0x0400
 #define MAX_CACHED_DIMS 8
-#define TABLE_SIZE 64 /* a power of two */
-#define TABLE_PROBES 4
+/* A table holds a thread's repeated synchronous calls and, for
+ * submit_cached, its asynchronous in-place ones: a model's gradients
+ * submitted one by one are hundreds (102 in the training benchmark; in 64
+ * places those evicted each other on every step). Zeroed by tp_alloc, the
+ * pages of unused places are never touched. */
+#define TABLE_SIZE 1024 /* a power of two */
+#define TABLE_PROBES 8
 
 static PyObject* ndarray_type; /* numpy.ndarray once its layout is checked; NULL: not used */
 static PyObject* empty;        /* numpy.empty */
@@ -496,6 +501,7 @@ typedef struct {
   double prescale, postscale;
   PyObject* name; /* a str or None, borrowed */
   int in_place;
+  int asynchronous; /* 0: a synchronous call's block; else submit_cached's (see there) */
 } call_key;
 
 typedef struct {
@@ -660,10 +666,11 @@ static int real_number(PyObject* value, double* out) {
 }
 
 /* Reads args (table, collective, tensor, in_place, name, op, root_rank,
- * prescale, postscale, process_set_id) into *key. 1: readable; 0 (no error
- * set): something the Python path has to take; -1: an error. */
-static int read_call(PyObject* const* args, sync_table** table, plain_tensor* array, call_key* key,
-                     Py_uhash_t* hash) {
+ * prescale, postscale, process_set_id) into *key, with `asynchronous` (see
+ * call_key). 1: readable; 0 (no error set): something the Python path has
+ * to take; -1: an error. */
+static int read_call(PyObject* const* args, int asynchronous, sync_table** table, plain_tensor* array,
+                     call_key* key, Py_uhash_t* hash) {
   int i;
   Py_hash_t name_hash;
   Py_uhash_t h;
@@ -673,6 +680,7 @@ static int read_call(PyObject* const* args, sync_table** table, plain_tensor* ar
   }
   *table = (sync_table*)args[0];
   key->in_place = args[3] == Py_True;
+  key->asynchronous = asynchronous;
   key->name = args[4];
   if (!plain_tensor_of(args[2], array) || (key->name != Py_None && !PyUnicode_CheckExact(key->name)) ||
       !exact_int(args[1], &key->collective) || !exact_int(args[5], &key->op) ||
@@ -688,7 +696,8 @@ static int read_call(PyObject* const* args, sync_table** table, plain_tensor* ar
   if (name_hash == -1) return -1;
   /* Unsigned: the mixing wraps around. */
   h = (Py_uhash_t)name_hash * 1000003u ^
-      ((Py_uhash_t)key->collective * 31u + (Py_uhash_t)key->op * 7u + (Py_uhash_t)key->in_place);
+      ((Py_uhash_t)key->collective * 31u + (Py_uhash_t)key->op * 7u + (Py_uhash_t)key->in_place +
+       (Py_uhash_t)key->asynchronous * 2u);
   for (i = 0; i < array->nd; ++i) h = h * 1000003u ^ (Py_uhash_t)array->dims[i];
   *hash = h;
   return 1;
@@ -697,13 +706,23 @@ static int read_call(PyObject* const* args, sync_table** table, plain_tensor* ar
 static int same_key(const table_entry* entry, const call_key* key, const plain_tensor* array, Py_uhash_t hash) {
   const call_key* k = &entry->key;
   if (entry->owner == NULL || entry->hash != hash || entry->dtype != array->dtype || entry->nd != array->nd ||
-      k->collective != key->collective || k->in_place != key->in_place || k->op != key->op ||
+      k->collective != key->collective || k->in_place != key->in_place ||
+      k->asynchronous != key->asynchronous || k->op != key->op ||
       k->root_rank != key->root_rank || k->process_set_id != key->process_set_id ||
       k->prescale != key->prescale || k->postscale != key->postscale ||
       memcmp(entry->dims, array->dims, sizeof(Py_ssize_t) * (size_t)array->nd) != 0)
     return 0;
   if (k->name == key->name) return 1;
   return k->name != Py_None && key->name != Py_None && PyUnicode_Compare(k->name, key->name) == 0;
+}
+
+static table_entry* find_entry(sync_table* table, const call_key* key, const plain_tensor* array, Py_uhash_t hash) {
+  int i;
+  for (i = 0; i < TABLE_PROBES; ++i) {
+    table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
+    if (same_key(candidate, key, array, hash)) return candidate;
+  }
+  return NULL;
 }
 
 /* A table call whose result the engine allocates (allgather,
@@ -755,14 +774,11 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
   table_entry* entry = NULL;
   PyObject* output;
   PyObject* outcome;
-  int i, readable;
+  int readable;
   if (check_count(nargs, 10, "run_cached") != 0) return NULL;
-  readable = read_call(args, &table, &array, &key, &hash);
+  readable = read_call(args, 0, &table, &array, &key, &hash);
   if (readable <= 0) return readable < 0 ? NULL : Py_NewRef(Py_None);
-  for (i = 0; i < TABLE_PROBES && entry == NULL; ++i) {
-    table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
-    if (same_key(candidate, &key, &array, hash)) entry = candidate;
-  }
+  entry = find_entry(table, &key, &array, hash);
   if (entry == NULL || enqueue_wait == NULL) return Py_NewRef(Py_None);
   Py_CLEAR(table->pending_output);
   if (entry->out_offset < 0) return run_owned_entry(table, entry, &array);
@@ -795,10 +811,11 @@ static PyObject* run_cached(PyObject* self, PyObject* const* args, Py_ssize_t na
 
 /* remember(table, collective, tensor, in_place, name, op, root_rank,
  * prescale, postscale, process_set_id, owner, block, in_offset,
- * out_offset): adds the call's block (at address `block`, kept alive by
- * `owner`; out_offset None: the block has no output pointer) to the table,
- * replacing an older one when its places are taken. False when the call is
- * not one run_cached() takes. */
+ * out_offset[, asynchronous]): adds the call's block (at address `block`,
+ * kept alive by `owner`; out_offset None: the block has no output pointer)
+ * to the table, replacing an older one when its places are taken; a block
+ * for submit_cached when `asynchronous` (see there) is given and not 0.
+ * False when the call is not one run_cached() (or submit_cached()) takes. */
 static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   sync_table* table;
   plain_tensor array;
@@ -807,9 +824,14 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
   table_entry* entry = NULL;
   char* block;
   Py_ssize_t in_offset, out_offset;
+  long long asynchronous = 0;
   int i, readable;
-  if (check_count(nargs, 14, "remember") != 0) return NULL;
-  readable = read_call(args, &table, &array, &key, &hash);
+  if (nargs != 15 && check_count(nargs, 14, "remember") != 0) return NULL;
+  if (nargs == 15 && !exact_int(args[14], &asynchronous)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "remember(): asynchronous must be an int");
+    return NULL;
+  }
+  readable = read_call(args, (int)asynchronous, &table, &array, &key, &hash);
   if (readable <= 0) return readable < 0 ? NULL : Py_NewRef(Py_False);
   block = (char*)address_arg(args[11]);
   in_offset = PyLong_AsSsize_t(args[12]);
@@ -819,8 +841,10 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
     PyErr_SetString(PyExc_ValueError, "null argument block");
     return NULL;
   }
-  /* An engine-allocated result comes back as a numpy array: not for torch. */
-  if (array.is_torch && out_offset < 0) Py_RETURN_FALSE;
+  /* An engine-allocated result comes back as a numpy array: not for torch.
+   * submit_cached takes in-place blocks only. */
+  if ((array.is_torch || asynchronous) && out_offset < 0) Py_RETURN_FALSE;
+  if (asynchronous && !key.in_place) Py_RETURN_FALSE;
   for (i = 0; i < TABLE_PROBES && entry == NULL; ++i) {
     table_entry* candidate = &table->entries[(hash + i) & (TABLE_SIZE - 1)];
     if (candidate->owner == NULL || same_key(candidate, &key, &array, hash)) entry = candidate;
@@ -854,6 +878,66 @@ static PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t narg
   Py_RETURN_TRUE;
 }
 
+/* submit_cached(table, collective, tensor, in_place, name, op, root_rank,
+ * prescale, postscale, process_set_id, asynchronous): run_cached's lookup for
+ * an asynchronous in-place call, whose block remember() added with the same
+ * `asynchronous` (1, or 2 for a block packed for a caller that waits at
+ * once: the key tells such blocks apart). The tensor's address goes into
+ * the block, which is enqueued without waiting. Returns the operation's
+ * handle as an int; None, having done nothing, when the call is not in the
+ * table; a 1-tuple holding the hvd_error* when the enqueue failed. A loop
+ * of allreduce_async_ over a model's gradients spent more time finding
+ * and filling each tensor's block through Python than the engine spent on
+ * it. */
+static PyObject* submit_cached(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  sync_table* table;
+  plain_tensor array;
+  call_key key;
+  Py_uhash_t hash;
+  table_entry* entry;
+  long long asynchronous;
+  void* handle = NULL;
+  void* error;
+  int readable;
+  if (check_count(nargs, 11, "submit_cached") != 0) return NULL;
+  if (!exact_int(args[10], &asynchronous) || asynchronous == 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "submit_cached(): asynchronous must be a non-zero int");
+    return NULL;
+  }
+  readable = read_call(args, (int)asynchronous, &table, &array, &key, &hash);
+  if (readable <= 0) return readable < 0 ? NULL : Py_NewRef(Py_None);
+  entry = key.in_place ? find_entry(table, &key, &array, hash) : NULL;
+  if (entry == NULL || entry->out_offset < 0 || enqueue == NULL) return Py_NewRef(Py_None);
+  store_address(entry->block, entry->in_offset, array.data);
+  store_address(entry->block, entry->out_offset, array.data);
+  Py_BEGIN_ALLOW_THREADS
+  error = enqueue(entry->block, &handle);
+  Py_END_ALLOW_THREADS
+  if (error != NULL) return Py_BuildValue("(N)", PyLong_FromVoidPtr(error));
+  return PyLong_FromVoidPtr(handle);
+}
+
+/* wait(handle): hvd_handle_wait for one slice, without the GIL. None once
+ * the operation finished without error; else the hvd_error* as an int (a
+ * TIMEOUT error while it is still in flight). */
+static PyObject* wait_slice(PyObject* self, PyObject* arg) {
+  void* handle = PyLong_AsVoidPtr(arg);
+  void* error;
+  if (handle == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "wait() needs a handle");
+    return NULL;
+  }
+  if (handle_wait == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "_hvd_fastcall is not bound to libhvd_core");
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  error = handle_wait(handle, wait_slice_seconds);
+  Py_END_ALLOW_THREADS
+  if (error == NULL) Py_RETURN_NONE;
+  return PyLong_FromVoidPtr(error);
+}
+
 /* pending_output(table): see run_cached. */
 static PyObject* pending_output(PyObject* self, PyObject* table) {
   if ((PyObject*)Py_TYPE(table) != sync_table_type) {
@@ -876,6 +960,9 @@ static PyMethodDef methods[] = {
     {"run_cached", (PyCFunction)(void (*)(void))run_cached, METH_FASTCALL, "Runs a call from a sync_table."},
     {"remember", (PyCFunction)(void (*)(void))remember, METH_FASTCALL, "Adds a call's block to a sync_table."},
     {"pending_output", pending_output, METH_O, "The result a failed or unfinished run_cached left."},
+    {"submit_cached", (PyCFunction)(void (*)(void))submit_cached, METH_FASTCALL,
+     "Enqueues an asynchronous in-place call from a sync_table; its handle."},
+    {"wait", wait_slice, METH_O, "Waits one slice for a handle without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

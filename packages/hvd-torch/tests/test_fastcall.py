@@ -2,7 +2,8 @@
 # hvd-core's C accelerator (its table of argument blocks, which takes plain
 # CPU tensors): every argument tells calls apart, tensors it must not take
 # go the Python way with the same results, and a mismatch found from the
-# table raises torch's error class, and Ctrl-C ends a wait there. Rank
+# table raises torch's error class, and Ctrl-C ends a wait there; repeated
+# in-place allreduce_async_ calls are enqueued from the same table. Rank
 # side: rank_programs/fastcall.py.
 import pytest
 
@@ -25,6 +26,23 @@ def test_the_table_takes_plain_tensors_and_tells_every_argument_apart():
                          "parameter": 0, "not contiguous, refused": 0, "no elements": 0, "200 names": 200,
                          "new result, input untouched": 0})
         assert hits == expected
+
+
+def test_async_in_place_allreduces_are_enqueued_from_the_table():
+    # Each case repeats its calls; every call after the first of its kind
+    # is enqueued from the table (a model's 200 gradients included), and
+    # what the Python path checks still holds.
+    for outcomes in torch_ranks.run_program_ok(2, "fastcall:async_in_place_from_the_table", timeout=180):
+        for label, right, _ in outcomes:
+            assert right, (label, outcomes)
+        hits = {label: count for label, _, count in outcomes}
+        # Three rounds of 200: the second and third from the table. One
+        # name under five signatures, three calls each: the first of each
+        # makes its block ("sum again" finds "sum"'s). Unnamed tensors of one
+        # shape share a block, several in flight at once.
+        assert hits == {"200 names": 400, "sum": 2, "average by default": 2, "prescale": 2, "postscale": 2,
+                        "sum again": 3, "unnamed, five in flight": 14, "same name in flight, refused": 2,
+                        "not contiguous, refused": 0, "after shutdown": 0}, outcomes
 
 
 def test_a_mismatch_met_from_the_table_raises_torchs_error_on_every_rank():

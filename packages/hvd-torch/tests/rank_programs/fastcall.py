@@ -14,21 +14,27 @@ torch.set_num_threads(1)  # ranks share two cores
 
 class _TableHits:
     """Wraps the loaded accelerator and counts the run_cached calls that
-    found their block (returned something other than None)."""
+    found their block (returned something other than None), and the
+    submit_cached calls that enqueued one (returned a handle)."""
 
     def __init__(self, module):
-        self.module, self.hits = module, 0
+        self.module, self.hits, self.async_hits = module, 0, 0
 
     def __getattr__(self, name):
         function = getattr(self.module, name)
-        if name != "run_cached":
-            return function
-
-        def counted(*args):
-            outcome = function(*args)
-            self.hits += outcome is not None
-            return outcome
-        return counted
+        if name == "run_cached":
+            def counted(*args):
+                outcome = function(*args)
+                self.hits += outcome is not None
+                return outcome
+            return counted
+        if name == "submit_cached":
+            def counted_async(*args):
+                outcome = function(*args)
+                self.async_hits += type(outcome) is int
+                return outcome
+            return counted_async
+        return function
 
 
 def table_takes_plain_tensors(repeats=3):
@@ -108,6 +114,105 @@ def table_takes_plain_tensors(repeats=3):
     outcomes.append(["new result, input untouched", untouched and first.data_ptr() != second.data_ptr()
                      and first.data_ptr() != x.data_ptr(), 0])
     hvd.shutdown()
+    return outcomes
+
+
+def async_in_place_from_the_table():
+    """allreduce_async_ (one tensor, in place) made again: the block its
+    first call left in the table is enqueued from C. Returns, per case:
+    [label, whether every result was right, the table's hits over it]."""
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    engine_calls._fast = counter = _TableHits(engine_calls.fastcall())
+    outcomes = []
+
+    def case(label, run):
+        before = counter.async_hits
+        outcomes.append([label, bool(run()), counter.async_hits - before])
+
+    # A model's worth of gradients, more than the table's 64 places of old:
+    # each submitted under its name, then all synchronized, three times.
+    grads = [torch.empty(i % 5 + 1, 3) for i in range(200)]
+
+    def gradients():
+        right = True
+        for _ in range(3):
+            for i, g in enumerate(grads):
+                g.fill_(float(rank + i))
+            handles = [hvd.allreduce_async_(g, name="g%d" % i, op=hvd.Sum) for i, g in enumerate(grads)]
+            right &= all(type(h) is int for h in handles)
+            results = [hvd.synchronize(h) for h in handles]
+            right &= all(r is g and torch.equal(g, torch.full_like(g, float(size * i + size * (size - 1) // 2)))
+                         for i, (r, g) in enumerate(zip(results, grads)))
+        return right
+    case("200 names", gradients)
+
+    x = torch.empty(2, 3)
+    base = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    total = sum(base + r for r in range(size))
+
+    def repeated(expected, **kwargs):
+        def run():
+            right = True
+            for _ in range(3):
+                x.copy_(base + rank)
+                right &= hvd.synchronize(hvd.allreduce_async_(x, name="k", **kwargs)) is x and torch.equal(x, expected)
+            return right
+        return run
+    case("sum", repeated(total, op=hvd.Sum))
+    case("average by default", repeated(total / size))
+    case("prescale", repeated(2 * total, op=hvd.Sum, prescale_factor=2.0))
+    case("postscale", repeated(total / 2, op=hvd.Sum, postscale_factor=0.5))
+    case("sum again", repeated(total, op=hvd.Sum))
+
+    unnamed = [torch.empty(4) for _ in range(5)]
+
+    def several_unnamed_in_flight():
+        right = True
+        for _ in range(3):
+            for j, u in enumerate(unnamed):
+                u.fill_(float(rank * 10 + j))
+            handles = [hvd.allreduce_async_(u, op=hvd.Sum) for u in unnamed]
+            for h in handles:
+                hvd.synchronize(h)
+            right &= all(torch.equal(u, torch.full((4,), float(sum(r * 10 + j for r in range(size)))))
+                         for j, u in enumerate(unnamed))
+        return right
+    case("unnamed, five in flight", several_unnamed_in_flight)
+
+    def same_name_in_flight():
+        a, b = torch.ones(3), torch.ones(3)
+        hvd.synchronize(hvd.allreduce_async_(a, name="dup", op=hvd.Sum))
+        a.fill_(1.0)
+        first = hvd.allreduce_async_(a, name="dup", op=hvd.Sum)  # from the table
+        try:
+            hvd.allreduce_async_(b, name="dup", op=hvd.Sum)
+            refused = False
+        except ValueError as e:
+            refused = "allreduce.dup" in str(e) and "in flight" in str(e)
+        hvd.synchronize(first)
+        a.fill_(1.0)
+        again = hvd.synchronize(hvd.allreduce_async_(a, name="dup", op=hvd.Sum))  # the name is free again
+        return (refused and again is a and torch.equal(a, torch.full((3,), float(size)))
+                and torch.equal(b, torch.ones(3)))
+    case("same name in flight, refused", same_name_in_flight)
+
+    def left_to_python():
+        strided = torch.zeros(3, 2).t()
+        try:
+            hvd.allreduce_async_(strided, name="strided", op=hvd.Sum)
+            return False
+        except ValueError:  # Horovod's torch binding needs contiguous tensors
+            return True
+    case("not contiguous, refused", left_to_python)
+
+    hvd.shutdown()
+    try:
+        hvd.allreduce_async_(x, name="k", op=hvd.Sum)
+        after_shutdown = None
+    except ValueError as e:
+        after_shutdown = str(e)
+    outcomes.append(["after shutdown", after_shutdown is not None and "hvd.init()" in after_shutdown, 0])
     return outcomes
 
 

@@ -292,6 +292,16 @@ def _wait(library, c_handle, timeout=None):
     Returns what hvd_handle_wait returned (NULL, the operation's error, or a
     TIMEOUT error once `timeout` seconds have passed; None waits for ever).
     """
+    fast_wait = getattr(_fast, "wait", None) if timeout is None and _fast else None  # older builds lack it
+    if fast_wait is not None:
+        # Each slice in one C call, without ctypes' argument conversions: a
+        # loop of async allreduces synchronizes every handle, most of them
+        # done already.
+        while True:
+            err = fast_wait(c_handle)
+            if not err or library.hvd_error_get_code(err) != c_api.ERROR_TIMEOUT:
+                return err
+            library.hvd_error_destroy(err)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         step = _WAIT_SLICE_SECONDS if deadline is None else min(_WAIT_SLICE_SECONDS,
@@ -555,6 +565,24 @@ def remember_block(state, template, collective, tensor, in_place, name, op, root
     if state.table is not None:
         _fast.remember(state.table, collective, tensor, in_place, name, op, root_rank, prescale_factor,
                        postscale_factor, process_set_id, template[0], template[4], template[2], template[3])
+
+
+def async_table():
+    """This thread's accelerator table for HandleManager.submit_cached, or
+    None without an accelerator that has it (older builds lack it)."""
+    table = thread_sync().table
+    return table if table is not None and hasattr(_fast, "submit_cached") else None
+
+
+def remember_async_block(table, group, tensor, name, op, prescale_factor, postscale_factor, process_set_id,
+                         caller_waits):
+    """Adds the block of a one-tensor in-place PackedGroup (an asynchronous
+    allreduce of `tensor`) to `table` (async_table's), for
+    HandleManager.submit_cached to find when the same call comes again.
+    False when the accelerator does not take the call."""
+    in_offset, out_offset = group.offsets[0]
+    return _fast.remember(table, c_api.ALLREDUCE, tensor, True, name, op, 0, prescale_factor, postscale_factor,
+                          process_set_id, group.buf, group.base, in_offset, out_offset, 2 if caller_waits else 1)
 
 
 def call_sync_buffers(template, tensor, output, keepalive, state):
@@ -880,6 +908,38 @@ class HandleManager:
         reserved = tuple((process_set_id, n) for n in names if n)
         return self._submit(finish, keep, reserved,
                             lambda: enqueue(collective, inputs, names, process_set_id, **enqueue_args))
+
+    def submit_cached(self, finish, keep, reserved, call):
+        """`submit` of an asynchronous in-place call that the C accelerator
+        finds in this thread's table (remember_async_block added it): `call`
+        is the argument tuple of its submit_cached, `reserved` the call's
+        (process set id, full name), None when unnamed. None, having done
+        nothing, when the table does not have the call or the name is in
+        flight (the caller's general path then does the call or raises)."""
+        if reserved is not None:
+            with self._lock:
+                if reserved in self._names:
+                    return None
+                self._names.add(reserved)
+        try:
+            outcome = _fast.submit_cached(*call)
+            if type(outcome) is not int and outcome is not None:
+                c_api.check(outcome[0])  # the enqueue failed: raises
+        except BaseException:
+            self._release_name(reserved)
+            raise
+        if outcome is None:
+            self._release_name(reserved)
+            return None
+        with self._lock:
+            handle = next(self._ids)
+            self._pending[handle] = _Pending(outcome, finish, keep, () if reserved is None else (reserved,))
+        return handle
+
+    def _release_name(self, reserved):
+        if reserved is not None:
+            with self._lock:
+                self._names.discard(reserved)
 
     def submit_packed(self, finish, keep, group):
         """`submit` for a PackedGroup whose addresses the caller has just set."""

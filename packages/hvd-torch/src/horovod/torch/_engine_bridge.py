@@ -20,9 +20,9 @@ from horovod.common import c_api
 from horovod.common.basics import Sum
 from horovod.common.exceptions import HorovodCollectiveMismatchError as _CoreMismatchError
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_ALLREDUCE_BYTES, call_sync_addresses,
-                                         remember_block, run_cached_block, sync_template, take_torch_tensors,
-                                         thread_sync)
+from horovod.common.engine_calls import (COPIED_RESULT_BYTES, ENGINE_ALLOCATED_ALLREDUCE_BYTES, async_table,
+                                         call_sync_addresses, remember_async_block, remember_block, run_cached_block,
+                                         sync_template, take_torch_tensors, thread_sync)
 from horovod.common.engine_calls import (HandleManager, PackedGroup, TensorDesc, adopt_owned_result, full_name,
                                          group_tensor_names, owned_address, received_splits, result, run_sync,
                                          run_sync_owned)
@@ -233,10 +233,16 @@ def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, 
     allreduce_async_): the argument block is made on the first call, and later
     calls with tensors of the same shapes and dtypes only write their
     addresses into it. None, having done nothing, for any other tensors."""
+    ps_id = _process_set_id(process_set)
+    table = async_table() if single and collective == "allreduce" else None
+    if table is not None:
+        handle = _single_async_cached(table, tensors, name, op, prescale_factor, postscale_factor, ps_id,
+                                      caller_waits)
+        if handle is not None:
+            return handle
     cache = getattr(_in_place_groups, "cache", None)
     if cache is None:
         cache = _in_place_groups.cache = {}
-    ps_id = _process_set_id(process_set)
     key = (collective, name, len(tensors), op, prescale_factor, postscale_factor, ps_id, caller_waits)
     if single:  # one name, or none, may come with tensors of several shapes in turn
         key += (tensors[0].shape, tensors[0].dtype)
@@ -250,9 +256,36 @@ def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, 
         group = cache[key] = _InPlaceGroup(tensors, name, op, prescale_factor, postscale_factor, ps_id, collective,
                                            caller_waits)
         addresses = group.addresses(tensors)
+        if table is not None:
+            _take_torch_tensors()
+            remember_async_block(table, group.packed, tensors[0], name, op, prescale_factor, postscale_factor, ps_id,
+                                 caller_waits)
     group.packed.set_addresses(addresses)
     return _handles.submit_packed((lambda _: tensors[0]) if single else (lambda _: list(tensors)), [tensors],
                                   group.packed)
+
+
+# (process set id, name) -> what an allreduce_async_ under that name reserves
+# until synchronized (see HandleManager.submit), for _single_async_cached.
+_reserved_names = {}
+
+
+def _single_async_cached(table, tensors, name, op, prescale_factor, postscale_factor, ps_id, caller_waits):
+    """_in_place_group_async of one tensor through the C accelerator, which
+    finds the block a first call left in this thread's table and enqueues
+    it (HandleManager.submit_cached); None, having done nothing, for a call
+    it does not take."""
+    reserved = None
+    if name:
+        reserved = _reserved_names.get((ps_id, name))
+        if reserved is None:
+            if len(_reserved_names) >= _MAX_IN_PLACE_GROUPS:
+                _reserved_names.clear()
+            reserved = _reserved_names[(ps_id, name)] = (ps_id, full_name("allreduce", name))
+    tensor = tensors[0]
+    return _handles.submit_cached(lambda _: tensor, tensors, reserved,
+                                  (table, _ALLREDUCE, tensor, True, name, op, 0, prescale_factor, postscale_factor,
+                                   ps_id, 2 if caller_waits else 1))
 
 
 _ALLREDUCE_KEY = "torch.allreduce"  # keeps this module's keys apart from other users of thread_sync().blocks
@@ -284,13 +317,17 @@ def _cached_allreduce(tensor, in_place, name, op, prescale_factor, postscale_fac
 _torch_tensors_taken = False
 
 
-def _remember_allreduce(state, block, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set_id):
-    """Hands a new argument block of _allreduce_now to the C accelerator's
-    table, which _cached_allreduce looks in."""
+def _take_torch_tensors():
     global _torch_tensors_taken
     if not _torch_tensors_taken:
         take_torch_tensors(torch)
         _torch_tensors_taken = True
+
+
+def _remember_allreduce(state, block, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set_id):
+    """Hands a new argument block of _allreduce_now to the C accelerator's
+    table, which _cached_allreduce looks in."""
+    _take_torch_tensors()
     remember_block(state, block, _ALLREDUCE, tensor, in_place, name, op, 0, prescale_factor, postscale_factor,
                    process_set_id)
 
