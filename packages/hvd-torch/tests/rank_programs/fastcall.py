@@ -4,6 +4,8 @@
 # to the Python path; a mismatch and an interrupt met there.
 """Rank programs for test_fastcall.py."""
 
+import os
+
 import torch
 
 import horovod.torch as hvd
@@ -205,6 +207,34 @@ def async_in_place_from_the_table():
         except ValueError:  # Horovod's torch binding needs contiguous tensors
             return True
     case("not contiguous, refused", left_to_python)
+
+    def optimizer_per_tensor():
+        # DistributedOptimizer with every gradient on its own: the step's
+        # last one is submitted for a caller that waits at once (its own
+        # block). Checked against plain SGD on gradients averaged by hand.
+        def model():
+            torch.manual_seed(7)
+            return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        net, ref = model(), model()
+        os.environ["HOROVOD_GRADIENT_BUCKET_MB"] = "0"
+        try:
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                           named_parameters=net.named_parameters())
+        finally:
+            os.environ.pop("HOROVOD_GRADIENT_BUCKET_MB")
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for step in range(3):
+            x = torch.full((2, 4), float(rank + step))
+            opt.zero_grad()
+            net(x).sum().backward()
+            opt.step()
+            ref_opt.zero_grad()
+            ref(x).sum().backward()
+            for i, p in enumerate(ref.parameters()):
+                p.grad = hvd.allreduce(p.grad, name="ref.%d" % i)
+            ref_opt.step()
+        return all(torch.allclose(a, b) for a, b in zip(net.parameters(), ref.parameters()))
+    case("optimizer, per-tensor", optimizer_per_tensor)
 
     hvd.shutdown()
     try:
