@@ -91,6 +91,12 @@ def test_bad_input_raises_an_error_that_names_the_problem():
     assert lines[11].endswith("(RuntimeError)")
 
 
+def test_a_group_naming_a_tensor_twice_is_refused_and_its_names_stay_free():
+    for res in ranks.run_program_ok(2, "errors:name_twice_in_one_group"):
+        assert "'allreduce.x'" in res["refused"] and "same name" in res["refused"], res
+        assert res["after"] == [[1.0] * 4, [3.0] * 4], res
+
+
 def test_duplicate_in_flight_name_raises_value_error():
     # Rank 1 submits late, so rank 0's first "dup" is certainly still in flight.
     results = ranks.run_program_ok(2, "errors:duplicate_in_flight_name")

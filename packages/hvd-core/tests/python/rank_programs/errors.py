@@ -159,6 +159,34 @@ def duplicate_in_flight_name():
     return out
 
 
+def name_twice_in_one_group():
+    """A group that names one tensor twice, enqueued straight through the C
+    ABI (horovod.common's own calls give every tensor of a group its own
+    name): the engine refuses it, names the tensor, and the names it
+    reserved while checking are free for the next group, which runs."""
+    from horovod.common import c_api, engine_calls
+
+    hvd.init()
+    arrays = [np.full(4, float(hvd.rank() + i), np.float32) for i in range(3)]
+    descs = [engine_calls.TensorDesc(a.ctypes.data, a.shape, c_api.kDLFloat, 32) for a in arrays]
+    out = {}
+    try:
+        engine_calls.enqueue(c_api.ALLREDUCE, descs, [b"allreduce.x", b"allreduce.y", b"allreduce.x"],
+                             reduce_op=hvd.Sum)
+        out["refused"] = None
+    except ValueError as e:
+        out["refused"] = str(e)
+    handle, _ = engine_calls.enqueue(c_api.ALLREDUCE, descs[:2], [b"allreduce.x", b"allreduce.y"], outputs=descs[:2],
+                                     reduce_op=hvd.Sum)  # in place
+    library = c_api.lib()
+    try:
+        c_api.check(engine_calls._wait(library, handle))
+    finally:
+        library.hvd_handle_release(handle)
+    out["after"] = [a.tolist() for a in arrays[:2]]
+    return out
+
+
 def rank_1_submits_late():
     hvd.init()
     if hvd.rank() == 1:
