@@ -292,21 +292,18 @@ def _wait(library, c_handle, timeout=None):
     Returns what hvd_handle_wait returned (NULL, the operation's error, or a
     TIMEOUT error once `timeout` seconds have passed; None waits for ever).
     """
-    fast_wait = getattr(_fast, "wait", None) if timeout is None and _fast else None  # older builds lack it
-    if fast_wait is not None:
-        # Each slice in one C call, without ctypes' argument conversions: a
-        # loop of async allreduces synchronizes every handle, most of them
-        # done already.
-        while True:
-            err = fast_wait(c_handle)
-            if not err or library.hvd_error_get_code(err) != c_api.ERROR_TIMEOUT:
-                return err
-            library.hvd_error_destroy(err)
+    # Without a timeout each slice is one call of the accelerator, without
+    # ctypes' argument conversions: a loop of async allreduces synchronizes
+    # every handle, most of them done already (older builds lack `wait`).
+    fast_wait = getattr(_fast, "wait", None) if timeout is None and _fast else None
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        step = _WAIT_SLICE_SECONDS if deadline is None else min(_WAIT_SLICE_SECONDS,
-                                                                 max(0.0, deadline - time.monotonic()))
-        err = library.hvd_handle_wait(c_handle, step)
+        if fast_wait is not None:
+            err = fast_wait(c_handle)
+        else:
+            step = _WAIT_SLICE_SECONDS if deadline is None else min(_WAIT_SLICE_SECONDS,
+                                                                     max(0.0, deadline - time.monotonic()))
+            err = library.hvd_handle_wait(c_handle, step)
         if not err or library.hvd_error_get_code(err) != c_api.ERROR_TIMEOUT:
             return err
         if deadline is not None and time.monotonic() >= deadline:
@@ -912,40 +909,23 @@ class HandleManager:
     def submit_cached(self, finish, keep, reserved, call):
         """`submit` of an asynchronous in-place call that the C accelerator
         finds in this thread's table (remember_async_block added it): `call`
-        is the argument tuple of its submit_cached, `reserved` the call's
-        (process set id, full name), None when unnamed. None, having done
-        nothing, when the table does not have the call or the name is in
-        flight (the caller's general path then does the call or raises)."""
-        if reserved is not None:
-            with self._lock:
-                if reserved in self._names:
-                    return None
-                self._names.add(reserved)
-        try:
+        is the argument tuple of its submit_cached, `reserved` what the call
+        reserves (see submit). None, having done nothing, when the table
+        does not have the call: the caller's general path then makes it."""
+        def start():
             outcome = _fast.submit_cached(*call)
-            if type(outcome) is not int and outcome is not None:
+            if type(outcome) is tuple:
                 c_api.check(outcome[0])  # the enqueue failed: raises
-        except BaseException:
-            self._release_name(reserved)
-            raise
-        if outcome is None:
-            self._release_name(reserved)
-            return None
-        with self._lock:
-            handle = next(self._ids)
-            self._pending[handle] = _Pending(outcome, finish, keep, () if reserved is None else (reserved,))
-        return handle
-
-    def _release_name(self, reserved):
-        if reserved is not None:
-            with self._lock:
-                self._names.discard(reserved)
+            return None if outcome is None else (outcome, [])
+        return self._submit(finish, keep, reserved, start)
 
     def submit_packed(self, finish, keep, group):
         """`submit` for a PackedGroup whose addresses the caller has just set."""
         return self._submit(finish, keep, group.reserved, lambda: (_enqueue_block(group.base), []))
 
     def _submit(self, finish, keep, reserved, start):
+        """Reserves the names, runs `start` ((c handle, keepalive), or None
+        for a call it did not make: then None) and registers the handle."""
         with self._lock:
             if not self._names.isdisjoint(reserved):
                 key = next(k for k in reserved if k in self._names)
@@ -953,12 +933,16 @@ class HandleManager:
                                  "is in flight in process set %d (its handle has not been synchronized). "
                                  "Synchronize it first, or use a different name." % (key[1].decode(), key[0]))
             self._names.update(reserved)
+        started = None
         try:
-            c_handle, keepalive = start()
-        except BaseException:
-            with self._lock:
-                self._names.difference_update(reserved)
-            raise
+            started = start()
+        finally:
+            if started is None:  # raised, or did not make the call
+                with self._lock:
+                    self._names.difference_update(reserved)
+        if started is None:
+            return None
+        c_handle, keepalive = started
         with self._lock:
             handle = next(self._ids)
             self._pending[handle] = _Pending(c_handle, finish, keepalive + list(keep), reserved)

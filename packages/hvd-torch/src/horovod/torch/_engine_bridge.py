@@ -265,8 +265,8 @@ def _in_place_group_async(tensors, name, op, prescale_factor, postscale_factor, 
                                   group.packed)
 
 
-# (process set id, name) -> what an allreduce_async_ under that name reserves
-# until synchronized (see HandleManager.submit), for _single_async_cached.
+# (process set id, name) -> the names an allreduce_async_ under that name
+# reserves until synchronized (see HandleManager.submit), for _single_async_cached.
 _reserved_names = {}
 
 
@@ -275,13 +275,13 @@ def _single_async_cached(table, tensors, name, op, prescale_factor, postscale_fa
     finds the block a first call left in this thread's table and enqueues
     it (HandleManager.submit_cached); None, having done nothing, for a call
     it does not take."""
-    reserved = None
+    reserved = ()
     if name:
         reserved = _reserved_names.get((ps_id, name))
         if reserved is None:
             if len(_reserved_names) >= _MAX_IN_PLACE_GROUPS:
                 _reserved_names.clear()
-            reserved = _reserved_names[(ps_id, name)] = (ps_id, full_name("allreduce", name))
+            reserved = _reserved_names[(ps_id, name)] = ((ps_id, full_name("allreduce", name)),)
     tensor = tensors[0]
     return _handles.submit_cached(lambda _: tensor, tensors, reserved,
                                   (table, _ALLREDUCE, tensor, True, name, op, 0, prescale_factor, postscale_factor,
