@@ -19,24 +19,24 @@ class _TableHits:
     found their block (returned something other than None), and the
     submit_cached calls that enqueued one (returned a handle)."""
 
+    # Counted function -> (the attribute its hits add to, whether an outcome is a hit).
+    COUNTED = {"run_cached": ("hits", lambda outcome: outcome is not None),
+               "submit_cached": ("async_hits", lambda outcome: type(outcome) is int)}
+
     def __init__(self, module):
         self.module, self.hits, self.async_hits = module, 0, 0
 
     def __getattr__(self, name):
         function = getattr(self.module, name)
-        if name == "run_cached":
-            def counted(*args):
-                outcome = function(*args)
-                self.hits += outcome is not None
-                return outcome
-            return counted
-        if name == "submit_cached":
-            def counted_async(*args):
-                outcome = function(*args)
-                self.async_hits += type(outcome) is int
-                return outcome
-            return counted_async
-        return function
+        if name not in self.COUNTED:
+            return function
+        attribute, is_hit = self.COUNTED[name]
+
+        def counted(*args):
+            outcome = function(*args)
+            setattr(self, attribute, getattr(self, attribute) + is_hit(outcome))
+            return outcome
+        return counted
 
 
 def table_takes_plain_tensors(repeats=3):
