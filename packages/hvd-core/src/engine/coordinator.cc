@@ -387,29 +387,33 @@ static int64_t gathered_bytes(const Response& r) {
 
 std::vector<Response> Coordinator::fuse(std::vector<Response> singles) const {
   std::vector<Response> out;
+  // The fusion size of out.back(), kept as it grows: summing its tensors
+  // again for every candidate made a group of n tensors cost n * n / 2.
+  int64_t last_bytes = 0;
   for (auto& s : singles) {
     // Allreduces fuse on any device; allgathers and reducescatters of host
     // tensors (packed and unpacked by the executor around one collective).
     const bool allreduce = s.collective == Collective::kAllreduce;
+    const bool gathers = s.collective == Collective::kAllgather;
     const bool host_only = s.device == Device::kCpu &&
-                           (s.collective == Collective::kAllgather ||
-                            (s.collective == Collective::kReducescatter && s.joined_ranks.empty()));
+                           (gathers || (s.collective == Collective::kReducescatter && s.joined_ranks.empty()));
     const bool fusable = s.kind == Response::Kind::kExecute && s.inline_result.empty() && (allreduce || host_only);
+    const int64_t bytes = !fusable ? 0 : gathers ? gathered_bytes(s) : response_bytes(s);
     if (fusable && !out.empty()) {
       Response& last = out.back();
-      const bool gathers = s.collective == Collective::kAllgather;
-      const int64_t bytes = gathers ? gathered_bytes(last) + gathered_bytes(s) : response_bytes(last) + response_bytes(s);
       if (last.kind == Response::Kind::kExecute && last.inline_result.empty() && last.collective == s.collective &&
           last.dtype == s.dtype && last.device == s.device && last.reduce_op == s.reduce_op && last.prescale == s.prescale &&
           last.postscale == s.postscale && last.joined_ranks == s.joined_ranks &&
-          bytes <= config_.fusion_threshold_bytes) {
-        last.names.push_back(s.names[0]);
-        last.shapes.push_back(s.shapes[0]);
-        last.first_dims.push_back(s.first_dims[0]);
+          last_bytes + bytes <= config_.fusion_threshold_bytes) {
+        last.names.push_back(std::move(s.names[0]));
+        last.shapes.push_back(std::move(s.shapes[0]));
+        last.first_dims.push_back(std::move(s.first_dims[0]));
+        last_bytes += bytes;
         continue;
       }
     }
     out.push_back(std::move(s));
+    last_bytes = bytes;
   }
   return out;
 }
@@ -452,6 +456,7 @@ std::vector<Response> Coordinator::take_responses(Clock::time_point now, Clock::
   }
 
   std::vector<Response> singles;
+  singles.reserve(ready_.size());
   for (const auto& name : ready_) {
     auto it = pending_.find(name);
     singles.push_back(build_response(name, it->second));

@@ -4,6 +4,7 @@
 // the wire format of control messages.
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -130,6 +131,31 @@ HVD_TEST(compatible_allreduces_fuse_up_to_the_threshold) {
   EXPECT_EQ(out[1].names.size(), 1u);
   EXPECT_EQ(out[1].names[0], std::string("c"));
   EXPECT_TRUE(out[2].dtype == DataType::kFloat64);
+}
+
+HVD_TEST(a_run_of_allreduces_fuses_into_responses_that_each_stay_within_the_threshold) {
+  CoordinatorConfig cfg = config(2);
+  cfg.fusion_threshold_bytes = 100;  // 25 float32
+  Coordinator c(cfg, nullptr);
+  auto now = Clock::now();
+  Clock::time_point wake = Clock::time_point::max();
+  // 12, 12, 12, 1, 24, 1, 1 elements: 12+12, 12+1, 24+1 (100 bytes), 1.
+  const std::vector<std::pair<std::string, int64_t>> tensors = {{"t0", 12}, {"t1", 12}, {"t2", 12}, {"t3", 1},
+                                                                {"t4", 24}, {"t5", 1},  {"t6", 1}};
+  for (const auto& [name, n] : tensors) {
+    c.add_request(0, allreduce(name, {n}), now);
+    c.add_request(1, allreduce(name, {n}), now);
+  }
+  auto out = c.take_responses(now, &wake);
+  EXPECT_EQ(out.size(), 4u);
+  const std::vector<std::vector<std::string>> names = {{"t0", "t1"}, {"t2", "t3"}, {"t4", "t5"}, {"t6"}};
+  for (size_t r = 0; r < out.size() && r < names.size(); ++r) {
+    EXPECT_TRUE(out[r].names == names[r]);
+    EXPECT_EQ(out[r].shapes.size(), names[r].size());
+    EXPECT_EQ(out[r].first_dims.size(), names[r].size());
+    EXPECT_TRUE(response_bytes(out[r]) <= cfg.fusion_threshold_bytes);
+  }
+  EXPECT_TRUE((out[2].shapes == std::vector<std::vector<int64_t>>{{24}, {1}}));
 }
 
 HVD_TEST(cycle_time_holds_ready_work_only_while_more_is_half_submitted) {
