@@ -65,7 +65,7 @@ void Coordinator::add_request(int member, RequestMeta meta, Clock::time_point no
     // Joined members no longer hold anything up.
     for (const auto& name : arrival_order_) {
       auto it = pending_.find(name);
-      if (it != pending_.end() && !it->second.complete) check_complete(name);
+      if (it != pending_.end() && !it->second.complete) check_complete(it->first, it->second);
     }
     return;
   }
@@ -89,11 +89,10 @@ void Coordinator::add_request(int member, RequestMeta meta, Clock::time_point no
   if (timeline_ != nullptr) timeline_->negotiate_rank_ready(meta.name, config_.global_ranks[static_cast<size_t>(member)]);
   const std::string& name = it->first;
   p.metas[static_cast<size_t>(member)] = std::move(meta);
-  check_complete(name);
+  check_complete(name, p);
 }
 
-void Coordinator::check_complete(const std::string& name) {
-  Pending& p = pending_.at(name);
+void Coordinator::check_complete(const std::string& name, Pending& p) {
   if (p.complete) return;
   // Counting first: scanning every member on every arrival made a step cost
   // P x P per tensor.

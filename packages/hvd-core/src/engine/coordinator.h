@@ -94,7 +94,7 @@ class Coordinator {
   };
 
   int size() const { return static_cast<int>(config_.global_ranks.size()); }
-  void check_complete(const std::string& name);
+  void check_complete(const std::string& name, Pending& p);  // p: pending_'s entry for name
   Response build_response(const std::string& name, Pending& pending);
   void reduce_inline(const Pending& pending, Response* response) const;
   // Empty when the requests agree; else the reason, with the global ranks at
