@@ -39,6 +39,13 @@ class Executor {
   // reduced and unpacked while it is in the cache.
   void allreduce_in_pieces(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane,
                            Communicator& comm, const std::vector<size_t>& counts, size_t total, size_t piece);
+  // A fused allreduce of host tensors in a set of one member, whose sum,
+  // average, minimum, maximum or product of each tensor is the tensor
+  // itself: each output gets its (scaled) input, without the fusion buffer.
+  // False, having changed nothing, where the general way must run (results
+  // the engine or an allocator makes, tensors that overlap, bool).
+  bool allreduce_alone(const Response& r, const std::vector<LocalTensor>& locals, DataPlane& plane,
+                       const Communicator& comm, const std::vector<size_t>& counts);
   void allgather(const Response& r, size_t i, const LocalTensor& local, DataPlane& plane);
   // Several tensors in one allgatherv: each member's tensors packed back to
   // back, gathered once, then unpacked into every tensor's result.

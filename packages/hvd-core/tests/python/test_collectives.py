@@ -187,13 +187,18 @@ def test_a_held_allreduce_goes_when_its_hold_ends_or_at_once_when_its_caller_wai
         assert res["waited"] < 1.5, res
 
 
+def _timeline_activities(timeline, activity):
+    """The tensor of each `activity` event in a timeline file."""
+    events = json.loads(timeline.read_text())
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    return [rows[e["pid"]] for e in events if e.get("name") == activity]
+
+
 def _activities(tmp_path, program, activity):
     """Runs `program` at 2 ranks with a timeline; the tensor of each of rank 0's `activity` events."""
     timeline = tmp_path / "timeline.json"
     ranks.run_program_ok(2, program, env={"HOROVOD_TIMELINE": str(timeline)})
-    events = json.loads(timeline.read_text())
-    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-    return [rows[e["pid"]] for e in events if e.get("name") == activity]
+    return _timeline_activities(timeline, activity)
 
 
 def _tensors_packed_into_the_fusion_buffer(tmp_path, program):
@@ -212,6 +217,21 @@ def test_a_fused_allreduce_in_pieces_shows_each_tensor_in_every_piece_that_holds
                             ("MEMCPY_OUT_FUSION_BUFFER", pieces("packed"))):
         seen = _activities(tmp_path, "collectives:grouped_allreduce_of_three_pieces", activity)
         assert sorted(seen) == names, (activity, seen)
+
+
+def test_a_grouped_allreduce_in_one_process_gives_each_tensor_itself_without_packing(tmp_path):
+    # In a job of one process every result is its own input (scaled), written
+    # straight into its output; bools (kept 0 or 1) and a tensor given twice
+    # (scaled once) still go through the fusion buffer.
+    timeline = tmp_path / "timeline.json"
+    [failures] = ranks.run_program_ok(1, "collectives:grouped_allreduce_in_one_process",
+                                      env={"HOROVOD_TIMELINE": str(timeline)})
+    assert failures == []
+    reduced = set(_timeline_activities(timeline, "LOCAL_ALLREDUCE"))
+    packed = set(_timeline_activities(timeline, "MEMCPY_IN_FUSION_BUFFER"))
+    assert "grouped_allreduce.alone.float32.Sum_3" in reduced and "grouped_allreduce.scaled_1" in reduced
+    assert packed == {"grouped_allreduce.twice_0", "grouped_allreduce.twice_1"} | {
+        "grouped_allreduce.alone.bool.%s_%d" % (op, i) for op in ("Sum", "Min", "Max", "Product") for i in range(4)}
 
 
 @pytest.mark.parametrize("np_", [2, 3])

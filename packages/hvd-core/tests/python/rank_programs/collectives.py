@@ -350,6 +350,39 @@ def grouped_allreduce_in_pieces_not_reduced_in_the_tensors():
     return failures
 
 
+def grouped_allreduce_in_one_process():
+    """Grouped allreduces in a job of one process, where each result is the
+    tensor itself (scaled): every dtype and op in place and out of place,
+    scale factors, and one tensor given twice (its memory read back as
+    input: packed, so that each element is scaled once). Returns the
+    failures."""
+    hvd.init()
+    assert hvd.size() == 1
+    failures = []
+    ops = {"Sum": hvd.Sum, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product, "Average": hvd.Average}
+    for name in DTYPES:
+        inputs = [make(0, (c,), name) for c in (5, 0, 17, 1000)]
+        for k, (opname, op) in enumerate(ops.items()):
+            if name == "bool" and opname == "Average":
+                continue
+            if k % 2:
+                outs = [x.copy() for x in inputs]
+                hvd.grouped_allreduce_(outs, op=op, name="alone.%s.%s" % (name, opname))
+            else:
+                outs = hvd.grouped_allreduce(inputs, op=op, name="alone.%s.%s" % (name, opname))
+            failures += ["%s.%s[%d]" % (name, opname, i) for i, (o, x) in enumerate(zip(outs, inputs))
+                         if o.dtype != x.dtype or not np.array_equal(o, x)]
+    xs = [make(0, (c,), "float32") for c in (3, 4000)]
+    scaled = hvd.grouped_allreduce(xs, op=hvd.Average, prescale_factor=0.5, postscale_factor=3.0, name="scaled")
+    failures += ["scaled[%d]" % i for i, (o, x) in enumerate(zip(scaled, xs))
+                 if not np.array_equal(o, (x * np.float32(0.5)) * np.float32(3.0))]
+    t = np.arange(1000, dtype=np.float32)
+    hvd.grouped_allreduce_([t, t], op=hvd.Sum, prescale_factor=2.0, name="twice")
+    if not np.array_equal(t, np.arange(1000, dtype=np.float32) * 2):
+        failures.append(["twice", float(t[1]), float(t[-1])])
+    return failures
+
+
 def allgather_with_different_first_dimensions_every_dtype():
     """Returns the cases whose gathered result differs from the concatenated inputs."""
     hvd.init()
